@@ -1,0 +1,1 @@
+"""Offline assets: tokenizer, dataset, model directory, LoRA adapter, prompt selection."""

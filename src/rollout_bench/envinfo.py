@@ -1,0 +1,66 @@
+"""What a result was measured on: package versions and the GPUs this job holds."""
+import os
+import platform
+import subprocess
+from importlib import metadata
+
+PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "tokenizers",
+            "triton", "vllm", "unsloth", "flash-attn-4", "bitsandbytes", "snakemake")
+
+GPU_IDS_VAR = "ROLLOUT_BENCH_GPU_IDS"  # set by gpu_lease: physical ids, comma separated
+
+
+def version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def gpu_ids() -> list[int]:
+    raw = os.environ.get(GPU_IDS_VAR, "")
+    return [int(x) for x in raw.split(",") if x.strip()]
+
+
+def collect() -> dict:
+    env = {"python": platform.python_version(), "host": platform.node(), "cpu_count": os.cpu_count()}
+    env.update({p.replace("-", "_"): version(p) for p in PACKAGES})
+    env.update(gpu_info())
+    return env
+
+
+def gpu_info() -> dict:
+    info = {"gpu_name": None, "gpu_count": 0, "gpu_uuids": [], "driver": None, "cuda": None}
+    try:
+        import torch
+    except ImportError:
+        return info
+    info["cuda"] = torch.version.cuda
+    if not torch.cuda.is_available():
+        return info
+    n = torch.cuda.device_count()
+    info["gpu_count"] = n
+    info["gpu_name"] = torch.cuda.get_device_name(0)
+    info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+    info["gpu_memory_gb"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+    info["gpu_uuids"] = [str(torch.cuda.get_device_properties(i).uuid) for i in range(n)]
+    info["driver"] = _driver()
+    return info
+
+
+def _driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def physical_gpu_count() -> int:
+    """GPUs on this host without initialising CUDA (the DAG is built before any job)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0

@@ -1,0 +1,126 @@
+"""One generation job: build the backend, warm it up, time `rounds` rounds, write the stats."""
+import statistics
+import time
+
+from . import backends, envinfo, stats
+from .workload import GenSpec, Sampling
+
+
+def spec_from_workload(wl: dict, model_dir: str, adapter_dir: str | None, variant: str,
+                       eos_token_id: int, pad_token_id: int, max_prompt_tokens: int) -> GenSpec:
+    return GenSpec(
+        model_dir=model_dir,
+        adapter_dir=adapter_dir if wl["lora_rank"] > 0 else None,
+        variant=variant,
+        batch_size=wl["batch_size"],
+        max_new_tokens=wl["max_new_tokens"],
+        sampling=Sampling(**wl["sampling"]),
+        ignore_eos=wl["ignore_eos"],
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        max_prompt_tokens=max_prompt_tokens,
+        num_generations=wl["num_generations"],
+        device=wl["device"],
+        dtype=wl["dtype"],
+        options=wl.get("options", {}),
+    )
+
+
+def _cuda():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.cuda if torch.cuda.is_available() else None
+
+
+def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[list[int]], rounds: int) -> dict:
+    """Time `rounds` calls of generate over `prompts`; setup_s covers load + compile + warm-up."""
+    cuda = _cuda()
+    sync = cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        cuda.reset_peak_memory_stats()
+    n = spec.num_generations
+    t0 = time.perf_counter()
+    gen = gen_factory(spec)
+    if warmup:
+        gen.generate(warmup, n)
+    sync()
+    setup_s = time.perf_counter() - t0
+
+    walls, outs = [], None
+    per_round = []
+    for _ in range(rounds):
+        sync()
+        t = time.perf_counter()
+        outs = gen.generate(prompts, n)
+        sync()
+        wall = time.perf_counter() - t
+        assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
+        tokens = sum(map(len, outs))
+        walls.append(wall)
+        per_round.append({"wall_s": round(wall, 4), "decoded_tokens": tokens})
+
+    peak = {"allocated": None, "reserved": None}
+    if cuda:
+        peak = {"allocated": round(cuda.max_memory_allocated() / 1e9, 3),
+                "reserved": round(cuda.max_memory_reserved() / 1e9, 3)}
+    engine_mem = getattr(gen, "memory", lambda: {})()
+    peak.update(engine_mem)
+    getattr(gen, "close", lambda: None)()
+
+    med = statistics.median(walls)
+    best = min(walls)
+    decoded = per_round[0]["decoded_tokens"]
+    n_prompt_tokens = sum(map(len, prompts)) * n
+    return {
+        "outputs": outs,
+        "fields": {
+            "batch_size": spec.batch_size,
+            "n_prompts": len(prompts),
+            "n_prompt_tokens": n_prompt_tokens,
+            "n_decoded_tokens": decoded,
+            "rounds": per_round,
+            "median_wall_s": round(med, 4),
+            "best_wall_s": round(best, 4),
+            "decode_tps": round(decoded / med, 2),
+            "decode_tps_best": round(max(r["decoded_tokens"] / r["wall_s"] for r in per_round), 2),
+            "prompt_tps": round(n_prompt_tokens / med, 2),
+            "peak_memory_gb": peak,
+            "setup_s": round(setup_s, 3),
+        },
+    }
+
+
+def check_lengths(outs: list[list[int]], spec: GenSpec) -> str | None:
+    """With ignore_eos every backend must decode exactly max_new_tokens per sequence."""
+    if not spec.ignore_eos:
+        return None
+    bad = [i for i, o in enumerate(outs) if len(o) != spec.max_new_tokens]
+    if bad:
+        return (f"ignore_eos is set but {len(bad)} of {len(outs)} completions do not have "
+                f"max_new_tokens={spec.max_new_tokens} tokens (first: #{bad[0]} has {len(outs[bad[0]])})")
+    return None
+
+
+def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict, model_dir: str,
+            adapter_dir: str | None, out: str) -> dict:
+    from .assets import prompts as prompt_assets
+
+    record = stats.base("generate", backend=backend, variant=variant, model=model, workload=workload, case=case)
+    reason = backends.unavailable(backend, variant, envinfo.gpu_info()["gpu_count"])
+    if reason:
+        return stats.finish(stats.skipped(record, reason), out)
+
+    tok = prompt_assets.load_tokenizer(model_dir)
+    prompts, warmup = prompt_assets.select(tok, workload)
+    spec = spec_from_workload(workload, model_dir, adapter_dir, variant, tok.eos_token_id,
+                              tok.pad_token_id, max(map(len, prompts + warmup)))
+    mod = backends.module(backend)
+    result = measure(mod.load, spec, prompts, warmup, workload["rounds"])
+    bad = check_lengths(result["outputs"], spec)
+    if bad:
+        return stats.finish(stats.failed(record, bad), out)
+    record.update(result["fields"])
+    record["sample_completions"] = [prompt_assets.decode(tok, o)[:300] for o in result["outputs"][:3]]
+    return stats.finish(record, out)
