@@ -104,7 +104,7 @@ def check_lengths(outs: list[list[int]], spec: GenSpec) -> str | None:
 
 
 def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict, model_dir: str,
-            adapter_dir: str | None, out: str) -> dict:
+            adapter_dir: str | None, dataset_dir: str, out: str) -> dict:
     from .assets import prompts as prompt_assets
 
     record = stats.base("generate", backend=backend, variant=variant, model=model, workload=workload, case=case)
@@ -112,8 +112,8 @@ def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict
     if reason:
         return stats.finish(stats.skipped(record, reason), out)
 
-    tok = prompt_assets.load_tokenizer(model_dir)
-    prompts, warmup = prompt_assets.select(tok, workload)
+    tok = prompt_assets.load_tokenizer(model_dir, workload["chat_template"])
+    prompts, warmup = prompt_assets.select(tok, workload, dataset_dir)
     spec = spec_from_workload(workload, model_dir, adapter_dir, variant, tok.eos_token_id,
                               tok.pad_token_id, max(map(len, prompts + warmup)))
     mod = backends.module(backend)

@@ -1,0 +1,66 @@
+# Offline assets: tokenizer -> dataset -> model dir (config + seeded weights + tokenizer) -> LoRA.
+
+
+rule tokenizer:
+    input:
+        f"{SRC}/assets/tokenizer.py",
+        f"{SRC}/assets/chat.py",
+        f"{SRC}/assets/dataset.py",
+    output:
+        directory("results/assets/tokenizer"),
+    params:
+        vocab_size=CFG["tokenizer"]["vocab_size"],
+    log:
+        "results/logs/assets/tokenizer.log",
+    shell:
+        "python -m rollout_bench assets tokenizer --out {output} --vocab-size {params.vocab_size} > {log} 2>&1"
+
+
+rule dataset:
+    input:
+        f"{SRC}/assets/dataset.py",
+    output:
+        directory("results/assets/dataset"),
+    params:
+        n=CFG["dataset"]["n_problems"],
+        seed=CFG["dataset"]["seed"],
+    log:
+        "results/logs/assets/dataset.log",
+    shell:
+        "python -m rollout_bench assets dataset --out {output} --n {params.n} --seed {params.seed} > {log} 2>&1"
+
+
+rule model:
+    input:
+        config="config/models/{model}.json",
+        tokenizer="results/assets/tokenizer",
+        code=f"{SRC}/assets/model.py",
+    output:
+        directory("results/assets/models/{model}"),
+    params:
+        seed=CFG["model_seed"],
+    log:
+        "results/logs/assets/model_{model}.log",
+    shell:
+        "python -m rollout_bench assets model --config {input.config} --tokenizer {input.tokenizer} "
+        "--seed {params.seed} --out {output} > {log} 2>&1"
+
+
+rule lora:
+    input:
+        model=model_input,
+        code=f"{SRC}/assets/lora.py",
+    output:
+        directory("results/assets/lora/{model}-r{rank}"),
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        alpha=CFG["lora"]["alpha"],
+        targets=",".join(CFG["lora"]["targets"]),
+        init_std=CFG["lora"]["init_std"],
+        seed=CFG["lora"]["seed"],
+    log:
+        "results/logs/assets/lora_{model}-r{rank}.log",
+    shell:
+        "python -m rollout_bench assets lora --model {params.model_dir} --rank {wildcards.rank} "
+        "--alpha {params.alpha} --targets {params.targets} --init-std {params.init_std} "
+        "--seed {params.seed} --out {output} > {log} 2>&1"

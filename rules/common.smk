@@ -1,0 +1,72 @@
+# Config resolution, job enumeration and the GPU budget check; logic lives in src/rollout_bench.
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from rollout_bench import backends as rb_backends
+from rollout_bench import config as rb_config
+from rollout_bench import gpu_lease as rb_lease
+
+try:
+    CFG = rb_config.resolve(config)
+except rb_config.ConfigError as e:
+    raise WorkflowError(str(e)) from None
+
+GPU_PER_JOB = 1 if CFG["profile"] == "gpu" else 0
+GEN_JOBS = rb_config.gen_jobs(CFG)
+GEN_STATS = [j.path for j in GEN_JOBS]
+_BY_SLUG = {rb_config.model_slug(m): m for m in CFG["models"]}
+
+# Snakemake counts `gpu` but does not stop a GPU job from starting when --resources lacks it.
+_gpu_budget = workflow.global_resources.get("gpu")
+try:
+    rb_lease.check_budget(GPU_PER_JOB, getattr(_gpu_budget, "value", _gpu_budget),
+                          rb_lease.host_gpu_count())
+except rb_lease.LeaseError as e:
+    raise WorkflowError(str(e)) from None
+
+SRC = "src/rollout_bench"
+HARNESS = [f"{SRC}/{f}" for f in ("generation.py", "stats.py", "workload.py", "envinfo.py",
+                                  "gpu_lease.py", "backends/__init__.py", "assets/prompts.py")]
+HARNESS.append("workflow/schemas/stats.schema.json")
+
+
+def backend_sources(wc):
+    """Editing a backend's code reruns that backend's jobs only (DESIGN.md section 2)."""
+    files = [f"{SRC}/backends/{wc.backend}.py"]
+    if wc.backend in ("hf_static", "transformers_cb", "cb_sync"):
+        files.append(f"{SRC}/backends/hf_generate.py")  # they share its loader and kwargs
+    if wc.backend == "flex":
+        files += sorted(str(p) for p in Path(SRC, "engine").rglob("*.py"))
+    return files + HARNESS
+
+
+def model_source(slug):
+    return _BY_SLUG[slug]
+
+
+def model_dir(slug):
+    """Where backends load the model from: the materialised dir, or the user's dir / hub id."""
+    src = model_source(slug)
+    return f"results/assets/models/{slug}" if rb_config.model_assets.resolve(src) == "config" else src
+
+
+def model_input(wc):
+    src = model_source(wc.model)
+    kind = rb_config.model_assets.resolve(src)
+    return {"config": [f"results/assets/models/{wc.model}"], "dir": [src], "hub": []}[kind]
+
+
+def lora_dir(slug):
+    return f"results/assets/lora/{slug}-r{CFG['lora']['rank']}"
+
+
+def dataset_dir():
+    src = CFG["dataset"]["source"]
+    return "results/assets/dataset" if src == "synthetic" else src
+
+
+def job_workload(wc):
+    return rb_config.job_workload(CFG, model_source(wc.model), wc.backend, wc.case, int(wc.bs))

@@ -1,0 +1,33 @@
+# One job per (model, backend, variant, case, batch size), pinned to leased GPUs on a GPU host.
+
+
+rule generate:
+    input:
+        model=model_input,
+        adapter=lambda wc: [lora_dir(wc.model)] if job_workload(wc)["lora_rank"] else [],
+        dataset=lambda wc: [dataset_dir()] if CFG["dataset"]["source"] == "synthetic" else [],
+        code=backend_sources,
+    output:
+        "results/generate/{model}/{backend}/{variant}/{case}/bs{bs}.json",
+    params:
+        workload=lambda wc: json.dumps(job_workload(wc), sort_keys=True),
+        # re-evaluates a `skipped` result when what decides it changes (packages, GPUs)
+        probe=lambda wc: rb_backends.fingerprint(wc.backend),
+        model_dir=lambda wc: model_dir(wc.model),
+        adapter=lambda wc: lora_dir(wc.model) if job_workload(wc)["lora_rank"] else "",
+        dataset=dataset_dir(),
+        pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
+        lock_dir=CFG["gpu"]["lock_dir"],
+    log:
+        "results/logs/generate/{model}/{backend}/{variant}/{case}/bs{bs}.log",
+    benchmark:
+        "results/benchmarks/generate/{model}/{backend}/{variant}/{case}/bs{bs}.tsv"
+    resources:
+        gpu=GPU_PER_JOB,
+    shell:
+        "python -m rollout_bench.gpu_lease --gpus {resources.gpu} --pin '{params.pin}' "
+        "--lock-dir {params.lock_dir} -- "
+        "python -m rollout_bench generate --backend {wildcards.backend} --variant {wildcards.variant} "
+        "--model {wildcards.model} --case {wildcards.case} --workload {params.workload:q} "
+        "--model-dir {params.model_dir} --adapter '{params.adapter}' --dataset {params.dataset} "
+        "--out {output} > {log} 2>&1"

@@ -1,0 +1,36 @@
+# Cached stats JSONs -> summary CSV -> tables and charts (reruns alone when its code changes).
+
+
+rule aggregate_generate:
+    input:
+        stats=GEN_STATS,
+        code=[f"{SRC}/aggregate.py", f"{SRC}/stats.py"],
+    output:
+        "results/summary/generate.csv",
+    log:
+        "results/logs/report/aggregate_generate.log",
+    shell:
+        "python -m rollout_bench aggregate --out {output} {input.stats} > {log} 2>&1"
+
+
+rule render_generate:
+    input:
+        summary="results/summary/generate.csv",
+        code=f"{SRC}/render.py",
+    output:
+        table=report("results/tables/generate.md", caption="../workflow/report/generate_table.rst",
+                     category="Generation"),
+        batch_html=report("results/charts/tps_vs_batch.html", caption="../workflow/report/tps_vs_batch.rst",
+                          category="Generation"),
+        batch_svg="results/charts/tps_vs_batch.svg",
+        mem_html=report("results/charts/tps_vs_memory.html", caption="../workflow/report/tps_vs_memory.rst",
+                        category="Generation"),
+        mem_svg="results/charts/tps_vs_memory.svg",
+    params:
+        reference=CFG["reference_backend"],
+    log:
+        "results/logs/report/render_generate.log",
+    shell:
+        "python -m rollout_bench render --summary {input.summary} --reference {params.reference} "
+        "--table {output.table} --chart-batch-html {output.batch_html} --chart-batch-svg {output.batch_svg} "
+        "--chart-memory-html {output.mem_html} --chart-memory-svg {output.mem_svg} > {log} 2>&1"

@@ -1,0 +1,106 @@
+"""Command line of the pipeline's jobs: `python -m rollout_bench <command> ...` (rules call these)."""
+import argparse
+import json
+import sys
+
+
+def _assets(a):
+    if a.what == "tokenizer":
+        from .assets import tokenizer
+        tokenizer.build(a.out, vocab_size=a.vocab_size)
+    elif a.what == "dataset":
+        from .assets import dataset
+        dataset.build(a.out, a.n, a.seed)
+    elif a.what == "model":
+        from .assets import model
+        model.build(a.config, a.out, a.tokenizer, a.seed)
+    elif a.what == "lora":
+        from .assets import lora
+        lora.build(a.model, a.out, a.rank, a.alpha, a.targets.split(","), a.init_std, a.seed)
+        print(json.dumps(lora.check(a.out)))
+
+
+def _generate(a):
+    from . import generation
+    rec = generation.run_job(backend=a.backend, variant=a.variant, model=a.model, case=a.case,
+                             workload=json.loads(a.workload), model_dir=a.model_dir,
+                             adapter_dir=a.adapter or None, dataset_dir=a.dataset, out=a.out)
+    print(json.dumps({k: rec.get(k) for k in ("status", "reason", "decode_tps", "setup_s")}))
+
+
+def _aggregate(a):
+    from . import aggregate
+    aggregate.write_csv(aggregate.generation_frame(a.stats), a.out)
+
+
+def _render(a):
+    import pandas as pd
+
+    from . import atomic, render
+    df = pd.read_csv(a.summary)
+    atomic.write_text(a.table, render.generation_table(df, a.reference))
+    render.save_chart(render.tps_vs_batch(df), a.chart_batch_html, a.chart_batch_svg)
+    render.save_chart(render.tps_vs_memory(df), a.chart_memory_html, a.chart_memory_svg)
+
+
+def _check_config(a):
+    from . import config
+    cfg = config.load(a.config)
+    print(json.dumps({"profile": cfg["profile"], "models": cfg["models"],
+                      "generate_jobs": len(config.gen_jobs(cfg))}))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m rollout_bench")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("assets", help="build an offline asset")
+    p.add_argument("what", choices=["tokenizer", "dataset", "model", "lora"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--n", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", help="model config JSON")
+    p.add_argument("--tokenizer", help="tokenizer dir copied into the model dir")
+    p.add_argument("--model", help="model dir (lora)")
+    p.add_argument("--rank", type=int, default=32)
+    p.add_argument("--alpha", type=int, default=64)
+    p.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+    p.add_argument("--init-std", type=float, default=1e-4)
+    p.set_defaults(fn=_assets)
+
+    p = sub.add_parser("generate", help="one generation benchmark job -> stats JSON")
+    for k in ("backend", "variant", "model", "case", "workload", "model-dir", "dataset", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--adapter", default="")
+    p.set_defaults(fn=_generate)
+
+    p = sub.add_parser("aggregate", help="stats JSONs -> summary CSV")
+    p.add_argument("--out", required=True)
+    p.add_argument("stats", nargs="+")
+    p.set_defaults(fn=_aggregate)
+
+    p = sub.add_parser("render", help="summary CSV -> tables and charts")
+    for k in ("summary", "reference", "table", "chart-batch-html", "chart-batch-svg",
+              "chart-memory-html", "chart-memory-svg"):
+        p.add_argument(f"--{k}", required=True)
+    p.set_defaults(fn=_render)
+
+    p = sub.add_parser("check-config", help="validate and resolve a config file")
+    p.add_argument("config", nargs="?", default="config/config.yaml")
+    p.set_defaults(fn=_check_config)
+
+    a = ap.parse_args(argv)
+    try:
+        a.fn(a)
+    except Exception as e:  # noqa: BLE001 — one clear line on stderr, non-zero exit, no output written
+        from .config import ConfigError
+        if isinstance(e, ConfigError):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

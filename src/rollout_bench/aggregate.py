@@ -1,0 +1,40 @@
+"""Stats JSONs -> one tidy CSV per kind (results/summary/*.csv)."""
+import pandas as pd
+
+from . import atomic, stats
+
+GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generations", "lora_rank",
+               "sampling", "status", "reason", "decode_tps", "decode_tps_best", "prompt_tps",
+               "median_wall_s", "n_decoded_tokens", "peak_alloc_gb", "peak_reserved_gb", "setup_s",
+               "rounds", "gpu_name", "gpu_ids", "torch", "transformers", "started_at", "path"]
+
+
+def generation_row(rec: dict, path: str) -> dict:
+    wl, env = rec["workload"], rec["env"]
+    peak = rec.get("peak_memory_gb") or {}
+    reserved = [v for k, v in peak.items() if k != "allocated" and isinstance(v, (int, float))]
+    return {
+        "model": rec["model"], "backend": rec["backend"], "variant": rec["variant"],
+        "case": rec.get("case", ""), "batch_size": wl.get("batch_size"),
+        "num_generations": wl["num_generations"], "lora_rank": wl["lora_rank"],
+        "sampling": wl.get("sampling_preset") or "custom",
+        "status": rec["status"], "reason": rec["reason"],
+        "decode_tps": rec.get("decode_tps"), "decode_tps_best": rec.get("decode_tps_best"),
+        "prompt_tps": rec.get("prompt_tps"), "median_wall_s": rec.get("median_wall_s"),
+        "n_decoded_tokens": rec.get("n_decoded_tokens"),
+        "peak_alloc_gb": peak.get("allocated"),
+        "peak_reserved_gb": max(reserved) if reserved else None,
+        "setup_s": rec.get("setup_s"), "rounds": len(rec.get("rounds", [])),
+        "gpu_name": env.get("gpu_name") or "cpu", "gpu_ids": ",".join(map(str, rec["gpu_ids"])),
+        "torch": env.get("torch"), "transformers": env.get("transformers"),
+        "started_at": rec["started_at"], "path": path,
+    }
+
+
+def generation_frame(paths: list[str]) -> pd.DataFrame:
+    rows = [generation_row(stats.load(p), p) for p in paths]
+    return pd.DataFrame(rows, columns=GEN_COLUMNS)
+
+
+def write_csv(df: pd.DataFrame, out) -> None:
+    atomic.write_text(out, df.to_csv(index=False))

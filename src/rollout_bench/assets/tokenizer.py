@@ -1,0 +1,28 @@
+"""A byte-level BPE tokenizer the project trains itself, saved as a transformers tokenizer dir."""
+from pathlib import Path
+
+from .. import atomic
+from . import chat, dataset
+
+EOS = "<|endoftext|>"
+PAD = "<|pad|>"
+
+
+def build(out_dir, vocab_size: int = 4096, seed: int = 0) -> Path:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = [chat.SYSTEM_PROMPT] + [r["prompt"] + " " + r["solution"] for r in dataset.generate(4000, seed)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS, PAD],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.add_tokens(list(chat.MARKERS))  # the format markers stay single tokens, as in real chat vocabularies
+    assert tok.get_vocab_size() <= vocab_size + len(chat.MARKERS)
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD)
+    hf.chat_template = chat.CHAT_TEMPLATE
+    with atomic.directory(out_dir) as tmp:
+        hf.save_pretrained(tmp)
+    return Path(out_dir)

@@ -1,0 +1,205 @@
+"""Load, validate and resolve config/config.yaml; enumerate the jobs it asks for."""
+import copy
+import json
+from dataclasses import dataclass
+from functools import cache
+
+import jsonschema
+import yaml
+
+from . import SCHEMAS, backends, envinfo
+from .assets import model as model_assets
+from .workload import SAMPLING_PRESETS, Sampling
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@cache
+def schema() -> dict:
+    return yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
+
+
+def _with_defaults(cls):
+    validate_props = cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(cls, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def _field(err) -> str:
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
+    return path or "(top level)"
+
+
+def _hint(err) -> str:
+    if err.validator == "additionalProperties":
+        return " (unknown key: remove it or check its spelling against workflow/schemas/config.schema.yaml)"
+    if err.validator == "enum":
+        return f" (allowed: {', '.join(map(str, err.validator_value))})"
+    if err.validator in ("minimum", "exclusiveMinimum"):
+        return " (must be positive)" if err.validator_value in (0, 1) else ""
+    desc = err.schema.get("description")
+    return f" ({desc})" if desc else ""
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def select_profile(raw: dict) -> str:
+    p = raw.get("profile", "auto")
+    if p == "auto":
+        return "gpu" if envinfo.physical_gpu_count() > 0 else "cpu"
+    return p
+
+
+def validate(cfg: dict) -> dict:
+    cfg = copy.deepcopy(cfg)
+    errors = sorted(_Validator(schema()).iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        # oneOf errors (sampling) are vague; report the most specific one
+        err = jsonschema.exceptions.best_match(errors)
+        raise ConfigError(f"config error at {_field(err)}: {err.message}{_hint(err)}")
+    return cfg
+
+
+def resolve(raw: dict) -> dict:
+    """Overlay the selected profile, validate (filling defaults), check what the schema can't."""
+    profile = select_profile(raw)
+    if profile not in ("cpu", "gpu"):
+        raise ConfigError(f"config error at profile: {profile!r} (allowed: auto, cpu, gpu)")
+    merged = _deep_merge({k: v for k, v in raw.items() if k != "profiles"}, (raw.get("profiles") or {}).get(profile, {}))
+    cfg = validate(merged)
+    cfg["profile"] = profile
+    _check(cfg)
+    return cfg
+
+
+def _check(cfg: dict) -> None:
+    for m in cfg["models"]:
+        try:
+            model_assets.resolve(m)
+        except ValueError as e:
+            raise ConfigError(f"config error at models: {e}") from None
+    for b, vs in cfg["variants"].items():
+        if b not in backends.NAMES:
+            raise ConfigError(f"config error at variants.{b}: unknown backend (allowed: {', '.join(backends.NAMES)})")
+        known = backends.module(b).VARIANTS
+        for v in vs:
+            if v not in known:
+                raise ConfigError(f"config error at variants.{b}: unknown variant {v!r} (allowed: {', '.join(known)})")
+    for name, case in cfg["workload"]["cases"].items():
+        for b in case.get("backends", []):
+            if b not in backends.NAMES:
+                raise ConfigError(f"config error at workload.cases.{name}.backends: unknown backend {b!r} "
+                                  f"(allowed: {', '.join(backends.NAMES)})")
+        for bs in case["batch_sizes"]:
+            if bs % case["num_generations"]:
+                raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: {bs} is not a multiple "
+                                  f"of num_generations={case['num_generations']}")
+    if cfg["reference_backend"] not in cfg["backends"]:
+        raise ConfigError(f"config error at reference_backend: {cfg['reference_backend']!r} is not in backends "
+                          f"{cfg['backends']}; add it there or pick one of them")
+
+
+def load(path) -> dict:
+    with open(path) as f:
+        return resolve(yaml.safe_load(f) or {})
+
+
+@dataclass(frozen=True)
+class GenJob:
+    model: str
+    backend: str
+    variant: str
+    case: str
+    batch_size: int
+
+    @property
+    def path(self) -> str:
+        return f"results/generate/{self.model_slug}/{self.backend}/{self.variant}/{self.case}/bs{self.batch_size}.json"
+
+    @property
+    def model_slug(self) -> str:
+        return model_slug(self.model)
+
+
+def model_slug(model: str) -> str:
+    return model.strip("/").replace("/", "--")
+
+
+def variants(cfg: dict, backend: str) -> list[str]:
+    return cfg["variants"].get(backend) or [backends.module(backend).VARIANTS[0]]
+
+
+def gen_jobs(cfg: dict) -> list[GenJob]:
+    jobs = []
+    for model in cfg["models"]:
+        for name, case in cfg["workload"]["cases"].items():
+            for backend in cfg["backends"]:
+                if case.get("backends") and backend not in case["backends"]:
+                    continue
+                for variant in variants(cfg, backend):
+                    for bs in case["batch_sizes"]:
+                        jobs.append(GenJob(model, backend, variant, name, bs))
+    return jobs
+
+
+def job_workload(cfg: dict, model: str, backend: str, case_name: str, batch_size: int) -> dict:
+    """The full resolved workload of one job: recorded in its stats and passed as a param."""
+    wl = cfg["workload"]
+    case = wl["cases"][case_name]
+    n = case["num_generations"]
+    sampling = Sampling.from_config(case["sampling"], seed=wl["sampling_seed"])
+    gpu = cfg["profile"] == "gpu"
+    dtype = wl["dtype"]
+    if dtype == "auto":
+        dtype = _model_dtype(model) if gpu else "float32"
+    return {
+        "model": model,
+        "case": case_name,
+        "lora_rank": cfg["lora"]["rank"] if case["lora"] else 0,
+        "lora_alpha": cfg["lora"]["alpha"] if case["lora"] else 0,
+        "num_generations": n,
+        "sampling": sampling.to_dict(),
+        "sampling_preset": case["sampling"] if isinstance(case["sampling"], str) else None,
+        "ignore_eos": wl["ignore_eos"],
+        "max_new_tokens": wl["max_new_tokens"],
+        "batch_size": batch_size,
+        "n_prompts": wl["n_prompts"] or batch_size // n,
+        "prompt_tokens": wl["prompt_tokens"],
+        "shuffle_seed": wl["shuffle_seed"],
+        "chat_template": wl["chat_template"],
+        "warmup_prompts": min(wl["warmup_prompts"], wl["n_prompts"] or batch_size // n),
+        "rounds": wl["rounds"],
+        "dataset": cfg["dataset"]["source"],
+        "device": "cuda" if gpu else "cpu",
+        "dtype": dtype,
+        "options": cfg["options"].get(backend, {}),
+    }
+
+
+def _model_dtype(model: str) -> str:
+    from . import MODEL_CONFIGS
+
+    p = MODEL_CONFIGS / f"{model}.json"
+    if p.exists():
+        return json.loads(p.read_text()).get("torch_dtype", "bfloat16")
+    return "bfloat16"
+
+
+assert set(SAMPLING_PRESETS) == {"greedy", "equivalence"}

@@ -1,0 +1,74 @@
+"""Summary CSV -> markdown tables and altair charts (HTML + SVG)."""
+import altair as alt
+import pandas as pd
+
+from . import atomic
+
+STATUS_MARK = {"skipped": "skipped", "failed": "failed (gate)"}
+
+
+def _fmt(v, spec=",.0f"):
+    return "" if v is None or pd.isna(v) else format(v, spec)
+
+
+def _with_reference(df: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Add `pct_of_ref`: decode tok/s over the reference backend's on the same model/case/batch."""
+    ref = (df[(df.backend == reference) & (df.status == "ok")]
+           .groupby(["model", "case", "batch_size"])["decode_tps"].max().rename("ref_tps"))
+    out = df.join(ref, on=["model", "case", "batch_size"])
+    out["pct_of_ref"] = 100 * out["decode_tps"] / out["ref_tps"]
+    return out
+
+
+def generation_table(df: pd.DataFrame, reference: str) -> str:
+    """One markdown section per model and case: backend/variant rows x batch size."""
+    df = _with_reference(df, reference)
+    lines = []
+    for (model, case), g in df.groupby(["model", "case"], sort=True):
+        first = g.iloc[0]
+        lines += [f"### {model} — {case} (LoRA r={first.lora_rank}, sampling {first.sampling}, "
+                  f"n={first.num_generations})", "",
+                  f"| backend | variant | batch | decode tok/s | best tok/s | % of {reference} "
+                  f"| peak alloc GB | peak reserved GB | setup s | status |",
+                  "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+        for r in g.sort_values(["backend", "variant", "batch_size"]).itertuples():
+            status = "ok" if r.status == "ok" else f"{STATUS_MARK[r.status]}: {r.reason}"
+            lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {_fmt(r.decode_tps)} "
+                         f"| {_fmt(r.decode_tps_best)} | {_fmt(r.pct_of_ref, '.1f')} "
+                         f"| {_fmt(r.peak_alloc_gb, '.2f')} | {_fmt(r.peak_reserved_gb, '.2f')} "
+                         f"| {_fmt(r.setup_s, '.1f')} | {status} |")
+        lines.append("")
+    hw = ", ".join(sorted(set(df.gpu_name.astype(str))))
+    lines.insert(0, f"Hardware: {hw}. Decode tok/s = decoded tokens / median round wall; "
+                    f"skipped and failed rows say why.\n")
+    return "\n".join(lines) + "\n"
+
+
+def tps_vs_batch(df: pd.DataFrame) -> alt.Chart:
+    ok = df[df.status == "ok"].assign(engine=lambda d: d.backend + "/" + d.variant)
+    return (alt.Chart(ok).mark_line(point=True)
+            .encode(x=alt.X("batch_size:Q", scale=alt.Scale(type="log", base=2), title="batch (sequences)"),
+                    y=alt.Y("decode_tps:Q", title="decode tok/s"), color="engine:N",
+                    strokeDash="case:N", tooltip=["engine", "case", "batch_size", "decode_tps", "peak_alloc_gb"])
+            .facet(column="model:N").properties(title="Decode throughput vs batch size"))
+
+
+def tps_vs_memory(df: pd.DataFrame) -> alt.Chart:
+    ok = df[df.status == "ok"].assign(engine=lambda d: d.backend + "/" + d.variant,
+                                      peak_gb=lambda d: d.peak_reserved_gb.fillna(d.peak_alloc_gb))
+    return (alt.Chart(ok).mark_point(filled=True, size=80)
+            .encode(x=alt.X("peak_gb:Q", title="peak GPU memory GB (reserved where the engine reports it)"),
+                    y=alt.Y("decode_tps:Q", title="decode tok/s"), color="engine:N", shape="case:N",
+                    tooltip=["engine", "case", "batch_size", "decode_tps", "peak_gb"])
+            .facet(column="model:N").properties(title="Throughput vs peak memory"))
+
+
+def save_chart(chart: alt.Chart, html_out, svg_out) -> None:
+    atomic.write_text(html_out, chart.to_html())
+    atomic.write_text(svg_out, _svg(chart))
+
+
+def _svg(chart: alt.Chart) -> str:
+    import vl_convert as vlc
+
+    return vlc.vegalite_to_svg(chart.to_dict())
