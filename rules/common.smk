@@ -1,9 +1,13 @@
 # Config resolution, job enumeration and the GPU budget check; logic lives in src/rollout_bench.
 import json
+import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+_SRC_DIR = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, _SRC_DIR)
+# jobs run `python -m rollout_bench ...`: make them import this checkout's package
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_SRC_DIR, os.environ.get("PYTHONPATH")]))
 
 from rollout_bench import backends as rb_backends
 from rollout_bench import config as rb_config

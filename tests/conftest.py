@@ -1,0 +1,25 @@
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory):
+    """Tokenizer, dataset, tiny Qwen3 model dir and a rank-4 adapter, built once per session."""
+    from rollout_bench.assets import dataset, lora, model, tokenizer
+
+    d = tmp_path_factory.mktemp("assets")
+    tokenizer.build(d / "tokenizer", vocab_size=1024)
+    dataset.build(d / "dataset", 300, 3407)
+    model.build(ROOT / "config/models/qwen3-tiny.json", d / "model", d / "tokenizer", seed=0)
+    lora.build(d / "model", d / "lora", 4, 8, ["q_proj", "v_proj", "down_proj"], 1e-4, 0)
+    return {k: str(d / k) for k in ("tokenizer", "dataset", "model", "lora")}
+
+
+def model_json(name: str) -> dict:
+    return json.loads((ROOT / "config/models" / f"{name}.json").read_text())

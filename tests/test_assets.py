@@ -1,0 +1,79 @@
+import json
+
+import pytest
+import torch
+
+from rollout_bench.assets import chat, dataset, lora, prompts
+
+
+def test_dataset_is_deterministic_dapo_schema_with_integer_answers(tmp_path):
+    a, b = dataset.generate(2000, 3407), dataset.generate(2000, 3407)
+    assert a == b and a != dataset.generate(2000, 1)
+    assert len(a) >= 2000 and all(int(r["solution"]) == float(r["solution"]) for r in a)
+    dataset.build(tmp_path / "ds", 50, 3407)
+    ds = dataset.load(str(tmp_path / "ds"))
+    assert ds.num_rows == 50 and {"prompt", "solution"} <= set(ds.column_names)
+
+
+def test_dataset_load_rejects_wrong_schema(tmp_path):
+    import pandas as pd
+
+    (tmp_path / "bad").mkdir()
+    pd.DataFrame({"question": ["1+1"]}).to_parquet(tmp_path / "bad" / "train.parquet")
+    with pytest.raises(ValueError, match="'prompt'"):
+        dataset.load(str(tmp_path / "bad"))
+
+
+def test_tokenizer_carries_grpo_template_and_markers(tiny_assets):
+    tok = prompts.load_tokenizer(tiny_assets["model"])
+    text = tok.apply_chat_template(chat.messages("What is 2+3?"), add_generation_prompt=True, tokenize=False)
+    assert text.startswith(chat.SYSTEM_PROMPT + tok.eos_token) and text.endswith(chat.REASONING_START)
+    for m in chat.MARKERS:
+        assert len(tok.encode(m, add_special_tokens=False)) == 1
+    ids = tok.encode("Answer: 42", add_special_tokens=False)
+    assert tok.decode(ids) == "Answer: 42"
+    assert prompts.decode(tok, ids + [10**6]) == "Answer: 42"  # out-of-vocab ids of random models dropped
+
+
+def test_prompt_selection_window_and_determinism(tiny_assets):
+    tok = prompts.load_tokenizer(tiny_assets["model"])
+    wl = {"prompt_tokens": [128, 256], "n_prompts": 8, "shuffle_seed": 3407, "warmup_prompts": 2}
+    p1, w1 = prompts.select(tok, wl, tiny_assets["dataset"])
+    p2, _ = prompts.select(tok, wl, tiny_assets["dataset"])
+    assert p1 == p2 and w1 == p1[:2] and len(p1) == 8
+    assert all(128 <= len(p) <= 256 for p in p1)
+    with pytest.raises(ValueError, match="widen workload.prompt_tokens"):
+        prompts.select(tok, {**wl, "prompt_tokens": [5000, 6000]}, tiny_assets["dataset"])
+
+
+def test_model_dir_loads_with_normal_loader_and_is_seeded(tiny_assets, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from rollout_bench.assets import model
+
+    from .conftest import ROOT
+    m = AutoModelForCausalLM.from_pretrained(tiny_assets["model"])
+    model.build(ROOT / "config/models/qwen3-tiny.json", tmp_path / "again", tiny_assets["tokenizer"], seed=0)
+    m2 = AutoModelForCausalLM.from_pretrained(tmp_path / "again")
+    for (k, a), (_, b) in zip(m.state_dict().items(), m2.state_dict().items()):
+        assert torch.equal(a, b), k
+
+
+def test_lora_adapter_nonzero_and_config(tiny_assets):
+    info = lora.check(tiny_assets["lora"])
+    assert info["rank"] == 4 and info["tensors"] == 2 * 3 * 2  # A and B x 3 targets x 2 layers
+    cfg = json.loads(open(f"{tiny_assets['lora']}/adapter_config.json").read())
+    assert sorted(cfg["target_modules"]) == ["down_proj", "q_proj", "v_proj"]
+
+
+def test_lora_check_fails_on_zero_tensor(tiny_assets, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(tiny_assets["lora"], tmp_path / "z")
+    t = load_file(str(tmp_path / "z/adapter_model.safetensors"))
+    k = next(k for k in t if "lora_B" in k)
+    t[k] = torch.zeros_like(t[k])
+    save_file(t, str(tmp_path / "z/adapter_model.safetensors"))
+    with pytest.raises(ValueError, match="all-zero"):
+        lora.check(tmp_path / "z")

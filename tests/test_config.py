@@ -1,0 +1,93 @@
+import copy
+
+import pytest
+import yaml
+
+from rollout_bench import config
+from rollout_bench.config import ConfigError
+
+from .conftest import ROOT
+
+
+@pytest.fixture
+def raw():
+    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    raw["profile"] = "cpu"
+    return raw
+
+
+def resolve_with(raw, **over):
+    raw = copy.deepcopy(raw)
+    for dotted, value in over.items():
+        node = raw
+        *path, last = dotted.split("__")
+        for k in path:
+            node = node.setdefault(k, {})
+        node[last] = value
+    return config.resolve(raw)
+
+
+def test_default_resolves_to_cpu_tiny(raw):
+    cfg = config.resolve(raw)
+    assert cfg["models"] == ["qwen3-tiny", "llama-tiny"]
+    assert cfg["workload"]["ignore_eos"] is True and cfg["lora"]["rank"] == 32
+    jobs = config.gen_jobs(cfg)
+    assert jobs and all(j.path.startswith("results/generate/") for j in jobs)
+    assert len({j.path for j in jobs}) == len(jobs)
+
+
+def test_gpu_profile_is_the_qwen3_4b_workload(raw):
+    cfg = resolve_with(raw, profile="gpu")
+    assert cfg["models"] == ["qwen3-4b"]
+    wl = config.job_workload(cfg, "qwen3-4b", "flex", "greedy", 64)
+    assert (wl["max_new_tokens"], wl["n_prompts"], wl["prompt_tokens"], wl["device"], wl["dtype"]) == \
+        (512, 64, [128, 256], "cuda", "bfloat16")
+    group = config.job_workload(cfg, "qwen3-4b", "flex", "grpo_group", 256)
+    assert group["n_prompts"] == 64 and group["num_generations"] == 4 and group["lora_rank"] == 32
+    assert group["sampling"] == {"temperature": 0.1, "top_p": 0.97, "top_k": 5, "min_p": 0.5, "seed": 3407}
+
+
+def test_auto_profile_follows_gpu_detection(raw, monkeypatch):
+    raw["profile"] = "auto"
+    monkeypatch.setattr(config.envinfo, "physical_gpu_count", lambda: 0)
+    assert config.resolve(raw)["profile"] == "cpu"
+    monkeypatch.setattr(config.envinfo, "physical_gpu_count", lambda: 2)
+    assert config.resolve(raw)["profile"] == "gpu"
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"backends": ["hf_generate", "warp_drive"]}, "backends[1]"),
+    ({"profiles__cpu__workload__cases": {"x": {"batch_sizes": [0]}}}, "workload.cases.x.batch_sizes[0]"),
+    ({"profiles__cpu__workload__cases": {"x": {"batch_sizes": [-4]}}}, "workload.cases.x.batch_sizes[0]"),
+    ({"profiles__cpu__models": ["no-such-model"]}, "models"),
+    ({"profiles__cpu__workload__cases": {"x": {"batch_sizes": [4], "sampling": {"temprature": 0.5}}}},
+     "workload.cases.x.sampling"),
+    ({"lora__rank": 0}, "lora.rank"),
+    ({"lora__rank": -8}, "lora.rank"),
+    ({"profiles__cpu__workload__cases": {"x": {"batch_sizes": [6], "num_generations": 4}}},
+     "workload.cases.x.batch_sizes"),
+    ({"reference_backend": "vllm", "backends": ["hf_generate"]}, "reference_backend"),
+    ({"variants": {"hf_generate": ["turbo"]}}, "variants.hf_generate"),
+])
+def test_bad_input_names_the_field(raw, over, field):
+    with pytest.raises(ConfigError) as e:
+        resolve_with(raw, **over)
+    msg = str(e.value)
+    assert msg.startswith(f"config error at {field}:"), msg
+    assert "(" in msg  # carries what to do or what is allowed
+
+
+def test_unknown_sampling_key_message_says_what_to_do(raw):
+    with pytest.raises(ConfigError, match="unknown key"):
+        resolve_with(raw, profiles__cpu__workload__cases={"x": {"batch_sizes": [4], "sampling": {"tmp": 1}}})
+
+
+def test_model_sources(tmp_path):
+    from rollout_bench.assets import model
+
+    assert model.resolve("qwen3-4b") == "config"
+    assert model.resolve("unsloth/Qwen3-4B-Base") == "hub"
+    (tmp_path / "config.json").write_text("{}")
+    assert model.resolve(str(tmp_path)) == "dir"
+    with pytest.raises(ValueError, match="no config.json"):
+        model.resolve(str(tmp_path.parent))

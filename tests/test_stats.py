@@ -1,0 +1,63 @@
+import json
+import time
+
+import jsonschema
+import pytest
+
+from rollout_bench import atomic, generation, stats
+from rollout_bench.workload import GenSpec, Sampling
+
+WL = {"lora_rank": 0, "num_generations": 1, "sampling": Sampling().to_dict(), "ignore_eos": True,
+      "max_new_tokens": 4}
+
+
+def test_skipped_record_validates_and_needs_reason(tmp_path):
+    rec = stats.base("generate", backend="vllm", variant="default", model="m", workload=WL)
+    out = stats.finish(stats.skipped(rec, "package vllm not installed; install envs/vllm"), tmp_path / "s.json")
+    assert json.loads((tmp_path / "s.json").read_text()) == out
+    with pytest.raises(jsonschema.ValidationError):
+        stats.validate({**out, "reason": None})
+
+
+def test_ok_generation_record_requires_speed_fields(tmp_path):
+    rec = stats.base("generate", backend="hf_generate", variant="default", model="m", workload=WL)
+    with pytest.raises(jsonschema.ValidationError):
+        stats.finish(rec, tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists()  # invalid -> nothing written
+
+
+def test_failed_record_may_not_carry_speed(tmp_path):
+    rec = stats.base("generate", backend="flex", variant="eager", model="m", workload=WL)
+    with pytest.raises(jsonschema.ValidationError):
+        stats.validate({**stats.failed(rec, "greedy mismatch vs HF at token 3"), "decode_tps": 1.0, "wall_s": 0})
+
+
+def test_atomic_write_leaves_old_file_on_crash(tmp_path):
+    p = tmp_path / "a.json"
+    atomic.write_json(p, {"v": 1})
+    with pytest.raises(TypeError):
+        atomic.write_json(p, {"v": object()})
+    assert json.loads(p.read_text()) == {"v": 1}
+    assert [f.name for f in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_measure_counts_rounds_and_lengths():
+    spec = GenSpec(model_dir="-", adapter_dir=None, variant="default", batch_size=2, max_new_tokens=3,
+                   sampling=Sampling(), ignore_eos=True, eos_token_id=0, pad_token_id=1, max_prompt_tokens=4,
+                   num_generations=2)
+
+    class Fake:
+        calls = 0
+
+        def generate(self, prompts, n):
+            Fake.calls += 1
+            time.sleep(0.01)
+            return [[7, 7, 7] for _ in prompts for _ in range(n)]
+
+    r = generation.measure(lambda s: Fake(), spec, [[1, 2], [3]], [[1, 2]], rounds=3)
+    f = r["fields"]
+    assert Fake.calls == 4 and len(f["rounds"]) == 3  # warm-up + 3 timed rounds
+    assert f["n_decoded_tokens"] == 12 and f["n_prompt_tokens"] == 6 and f["n_prompts"] == 2
+    assert f["decode_tps"] == pytest.approx(12 / f["median_wall_s"], rel=1e-2)
+    assert generation.check_lengths(r["outputs"], spec) is None
+    assert "do not have max_new_tokens=3" in generation.check_lengths([[1, 2]], spec)
