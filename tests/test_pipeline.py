@@ -1,0 +1,135 @@
+"""A real Snakemake run of the embedded CPU default, then caching, lint and bad-input checks on it."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.slow
+TREE = ["Snakefile", "rules", "workflow", "config", "src", "profiles"]
+
+
+def snakemake(cwd, *args, env=None, check=True):
+    e = {**os.environ, "ROLLOUT_BENCH_GPU_COUNT": "0", **(env or {})}
+    e.pop("CUDA_VISIBLE_DEVICES", None)
+    r = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=e, capture_output=True, text=True,
+                       timeout=1800)
+    if check and r.returncode:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
+    return r
+
+
+def pending(cwd, *args) -> list[str]:
+    """Outputs a dry run would (re)create, from the detailed summary."""
+    r = snakemake(cwd, "--detailed-summary", "--cores", "1", *args)
+    rows = [line.split("\t") for line in r.stdout.splitlines()[1:] if "\t" in line]
+    return sorted(row[0] for row in rows if row[-1].strip() not in ("no update", "-"))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wf")
+    for name in TREE:
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, d / name,
+                                                            **({"ignore": shutil.ignore_patterns("__pycache__")} if src.is_dir() else {}))
+    snakemake(d, "--cores", "2")
+    return d
+
+
+def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
+    from rollout_bench import config, stats
+
+    cfg = config.load(workdir / "config/config.yaml")
+    jobs = config.gen_jobs(cfg)
+    assert {j.model for j in jobs} == {"qwen3-tiny", "llama-tiny"}
+    statuses = {}
+    for j in jobs:
+        rec = stats.load(workdir / j.path)  # schema-validated
+        statuses.setdefault(j.backend, set()).add(rec["status"])
+        assert rec["workload"]["batch_size"] == j.batch_size and rec["backend"] == j.backend
+    assert statuses["hf_generate"] == {"ok"} and statuses["transformers_cb"] == {"ok"}
+    for gpu_only in ("hf_static", "vllm", "unsloth"):
+        assert statuses[gpu_only] == {"skipped"}
+    table = (workdir / "results/tables/generate.md").read_text()
+    assert "| hf_generate | default |" in table and "skipped" in table
+    for chart in ("tps_vs_batch", "tps_vs_memory"):
+        assert (workdir / f"results/charts/{chart}.svg").read_text().lstrip().startswith("<svg")
+        assert "vega" in (workdir / f"results/charts/{chart}.html").read_text()
+
+
+def test_second_run_has_nothing_to_do(workdir):
+    r = snakemake(workdir, "-n", "--cores", "2")
+    assert "Nothing to be done" in r.stdout + r.stderr
+
+
+def _edit(path: Path):
+    path.write_text(path.read_text() + "\n# touched by test_pipeline\n")
+
+
+def test_editing_one_backend_reruns_only_its_jobs(workdir):
+    _edit(workdir / "src/rollout_bench/backends/hf_generate.py")
+    todo = pending(workdir)
+    gen = [p for p in todo if p.startswith("results/generate/")]
+    assert gen and all("/hf_generate/" in p for p in gen), gen
+    assert set(todo) - set(gen) <= {"results/summary/generate.csv", "results/tables/generate.md",
+                                    "results/charts/tps_vs_batch.html", "results/charts/tps_vs_batch.svg",
+                                    "results/charts/tps_vs_memory.html", "results/charts/tps_vs_memory.svg"}
+    snakemake(workdir, "--cores", "2")
+
+
+def test_editing_render_code_reruns_only_rendering(workdir):
+    _edit(workdir / "src/rollout_bench/render.py")
+    todo = pending(workdir)
+    assert todo == sorted(["results/tables/generate.md", "results/charts/tps_vs_batch.html",
+                           "results/charts/tps_vs_batch.svg", "results/charts/tps_vs_memory.html",
+                           "results/charts/tps_vs_memory.svg"]), todo
+    snakemake(workdir, "--cores", "2")
+
+
+def test_lint_is_clean(workdir):
+    r = snakemake(workdir, "--lint", check=False)
+    assert r.returncode == 0 and "Lints for" not in r.stdout + r.stderr, r.stdout[-3000:]
+
+
+@pytest.mark.parametrize("override, field", [
+    ('backends=["hf_generate","nope"]', "backends[1]"),
+    ('lora={"rank":0}', "lora.rank"),
+    ('profiles={"cpu":{"models":["missing-model"]}}', "models"),
+    ('profiles={"cpu":{"workload":{"cases":{"x":{"batch_sizes":[0]}}}}}', "workload.cases.x.batch_sizes[0]"),
+    ('profiles={"cpu":{"workload":{"cases":{"x":{"batch_sizes":[4],"sampling":{"tmp":1}}}}}}',
+     "workload.cases.x.sampling"),
+])
+def test_bad_input_fails_before_any_job(workdir, override, field):
+    r = snakemake(workdir, "-n", "--cores", "1", "--config", override, check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"config error at {field}:" in out, out[-2000:]
+    assert "Job stats" not in out
+
+
+def test_gpu_budget_checked_before_any_job(workdir):
+    env = {"ROLLOUT_BENCH_GPU_COUNT": "8"}
+    r = snakemake(workdir, "-n", "--cores", "8", "--config", "profile=gpu", env=env, check=False)
+    assert r.returncode != 0 and "--resources gpu=8" in r.stdout + r.stderr
+    r = snakemake(workdir, "-n", "--cores", "8", "--resources", "gpu=16", "--config", "profile=gpu", env=env, check=False)
+    assert r.returncode != 0 and "only 8 GPU" in r.stdout + r.stderr
+    r = snakemake(workdir, "-n", "--cores", "8", "--resources", "gpu=8", "--config", "profile=gpu", env=env)
+    assert "generate" in r.stdout
+
+
+def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):
+    broken = tmp_path / "broken-model"
+    shutil.copytree(workdir / "results/assets/models/qwen3-tiny", broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    cfg = json.dumps({"cpu": {"models": ["qwen3-tiny", str(broken)],
+                              "workload": {"cases": {"greedy": {"batch_sizes": [4]}}}}})
+    r = snakemake(workdir, "--cores", "2", "--config", f"backends=[hf_generate]", f"profiles={cfg}", check=False)
+    assert r.returncode != 0
+    slug = str(broken).strip("/").replace("/", "--")
+    assert not list((workdir / "results/generate" / slug).rglob("*.json"))
+    assert (workdir / "results/generate/qwen3-tiny/hf_generate/default/greedy/bs4.json").exists()
