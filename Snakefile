@@ -11,6 +11,7 @@ include: "rules/common.smk"
 include: "rules/assets.smk"
 include: "rules/generate.smk"
 include: "rules/report.smk"
+include: "rules/train.smk"
 
 
 rule all:
@@ -20,4 +21,9 @@ rule all:
         "results/tables/generate.md",
         "results/charts/tps_vs_batch.html",
         "results/charts/tps_vs_memory.html",
+        TRAIN_STATS,
+        COMPARE_PATHS,
+        ["results/tables/train.md", "results/tables/equivalence.md", "results/charts/train_steps.html"]
+        if TRAIN_STATS
+        else [],
     default_target: True

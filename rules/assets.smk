@@ -12,6 +12,8 @@ rule tokenizer:
         vocab_size=CFG["tokenizer"]["vocab_size"],
     log:
         "results/logs/assets/tokenizer.log",
+    conda:
+        "../envs/core.yaml"
     shell:
         "python -m rollout_bench assets tokenizer --out {output} --vocab-size {params.vocab_size} > {log} 2>&1"
 
@@ -26,6 +28,8 @@ rule dataset:
         seed=CFG["dataset"]["seed"],
     log:
         "results/logs/assets/dataset.log",
+    conda:
+        "../envs/core.yaml"
     shell:
         "python -m rollout_bench assets dataset --out {output} --n {params.n} --seed {params.seed} > {log} 2>&1"
 
@@ -41,6 +45,8 @@ rule model:
         seed=CFG["model_seed"],
     log:
         "results/logs/assets/model_{model}.log",
+    conda:
+        "../envs/core.yaml"
     shell:
         "python -m rollout_bench assets model --config {input.config} --tokenizer {input.tokenizer} "
         "--seed {params.seed} --out {output} > {log} 2>&1"
@@ -60,6 +66,8 @@ rule lora:
         seed=CFG["lora"]["seed"],
     log:
         "results/logs/assets/lora_{model}-r{rank}.log",
+    conda:
+        "../envs/core.yaml"
     shell:
         "python -m rollout_bench assets lora --model {params.model_dir} --rank {wildcards.rank} "
         "--alpha {params.alpha} --targets {params.targets} --init-std {params.init_std} "

@@ -1,17 +1,17 @@
 # Config resolution, job enumeration and the GPU budget check; logic lives in src/rollout_bench.
 import json
-import os
 import sys
 from pathlib import Path
 
 _SRC_DIR = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, _SRC_DIR)
 # jobs run `python -m rollout_bench ...`: make them import this checkout's package
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_SRC_DIR, os.environ.get("PYTHONPATH")]))
+shell.prefix(f"export PYTHONPATH={_SRC_DIR}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
 from rollout_bench import backends as rb_backends
 from rollout_bench import config as rb_config
 from rollout_bench import gpu_lease as rb_lease
+from rollout_bench.grpo import availability as rb_grpo_availability
 
 try:
     CFG = rb_config.resolve(config)
@@ -21,6 +21,8 @@ except rb_config.ConfigError as e:
 GPU_PER_JOB = 1 if CFG["profile"] == "gpu" else 0
 GEN_JOBS = rb_config.gen_jobs(CFG)
 GEN_STATS = [j.path for j in GEN_JOBS]
+TRAIN_STATS = [j.path for j in rb_config.train_jobs(CFG)]
+COMPARE_PATHS = rb_config.compare_paths(CFG)
 _BY_SLUG = {rb_config.model_slug(m): m for m in CFG["models"]}
 
 # Snakemake counts `gpu` but does not stop a GPU job from starting when --resources lacks it.
@@ -74,3 +76,21 @@ def dataset_dir():
 
 def job_workload(wc):
     return rb_config.job_workload(CFG, model_source(wc.model), wc.backend, wc.case, int(wc.bs))
+
+
+def backend_env(wc):
+    """Each backend group has its own environment where pins conflict (vLLM pins torch exactly)."""
+    group = wc.backend if wc.backend in ("vllm", "unsloth") else "core"
+    return f"../envs/{group}.yaml"
+
+
+def train_sources(wc):
+    files = sorted(str(p) for p in Path(SRC, "grpo").glob("*.py"))
+    if wc.backend == "flex":
+        files += sorted(str(p) for p in Path(SRC, "engine").rglob("*.py"))
+    return files + [f"{SRC}/stats.py", f"{SRC}/workload.py", f"{SRC}/envinfo.py", f"{SRC}/gpu_lease.py",
+                    "workflow/schemas/stats.schema.json"]
+
+
+def train_workload(wc):
+    return rb_config.train_workload(CFG, model_source(wc.model), wc.backend)

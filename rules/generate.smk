@@ -24,6 +24,8 @@ rule generate:
         "results/benchmarks/generate/{model}/{backend}/{variant}/{case}/bs{bs}.tsv"
     resources:
         gpu=GPU_PER_JOB,
+    conda:
+        backend_env
     shell:
         "python -m rollout_bench.gpu_lease --gpus {resources.gpu} --pin '{params.pin}' "
         "--lock-dir {params.lock_dir} -- "

@@ -9,6 +9,8 @@ rule aggregate_generate:
         "results/summary/generate.csv",
     log:
         "results/logs/report/aggregate_generate.log",
+    conda:
+        "../envs/report.yaml"
     shell:
         "python -m rollout_bench aggregate --out {output} {input.stats} > {log} 2>&1"
 
@@ -30,6 +32,8 @@ rule render_generate:
         reference=CFG["reference_backend"],
     log:
         "results/logs/report/render_generate.log",
+    conda:
+        "../envs/report.yaml"
     shell:
         "python -m rollout_bench render --summary {input.summary} --reference {params.reference} "
         "--table {output.table} --chart-batch-html {output.batch_html} --chart-batch-svg {output.batch_svg} "

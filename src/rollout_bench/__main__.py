@@ -43,6 +43,11 @@ def _render(a):
     render.save_chart(render.tps_vs_memory(df), a.chart_memory_html, a.chart_memory_svg)
 
 
+def _publish(a):
+    from .publish import publish
+    print(publish(a.name, a.command, a.config))
+
+
 def _check_config(a):
     from . import config
     cfg = config.load(a.config)
@@ -86,9 +91,18 @@ def main(argv=None):
         p.add_argument(f"--{k}", required=True)
     p.set_defaults(fn=_render)
 
+    p = sub.add_parser("publish", help="copy this run's stats, tables and charts to results/published/NAME")
+    p.add_argument("name")
+    p.add_argument("--command", required=True, help="the exact command that produced the results")
+    p.add_argument("--config", default="config/config.yaml")
+    p.set_defaults(fn=_publish)
+
     p = sub.add_parser("check-config", help="validate and resolve a config file")
     p.add_argument("config", nargs="?", default="config/config.yaml")
     p.set_defaults(fn=_check_config)
+
+    from .grpo import cli as grpo_cli
+    grpo_cli.add_commands(sub)
 
     a = ap.parse_args(argv)
     try:

@@ -111,6 +111,9 @@ def _check(cfg: dict) -> None:
             if bs % case["num_generations"]:
                 raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: {bs} is not a multiple "
                                   f"of num_generations={case['num_generations']}")
+    if cfg["train_backends"] and cfg["train"]["reference"] not in cfg["train_backends"]:
+        raise ConfigError(f"config error at train.reference: {cfg['train']['reference']!r} is not in train_backends "
+                          f"{cfg['train_backends']}; add it there or pick one of them")
     if cfg["reference_backend"] not in cfg["backends"]:
         raise ConfigError(f"config error at reference_backend: {cfg['reference_backend']!r} is not in backends "
                           f"{cfg['backends']}; add it there or pick one of them")
@@ -190,6 +193,50 @@ def job_workload(cfg: dict, model: str, backend: str, case_name: str, batch_size
         "device": "cuda" if gpu else "cpu",
         "dtype": dtype,
         "options": cfg["options"].get(backend, {}),
+    }
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    model: str
+    backend: str
+    steps: int
+
+    @property
+    def path(self) -> str:
+        return f"results/train/{model_slug(self.model)}/{self.backend}/steps{self.steps}.json"
+
+
+def train_jobs(cfg: dict) -> list[TrainJob]:
+    return [TrainJob(m, b, cfg["train"]["steps"]) for m in cfg["models"] for b in cfg["train_backends"]]
+
+
+def compare_paths(cfg: dict) -> list[str]:
+    ref = cfg["train"]["reference"]
+    return [f"results/compare/{model_slug(m)}/{ref}__{b}.json"
+            for m in cfg["models"] for b in cfg["train_backends"] if b != ref]
+
+
+def train_workload(cfg: dict, model: str, backend: str) -> dict:
+    """The resolved GRPO workload of one training job (grpo.config.TrainSpec reads it)."""
+    tr = cfg["train"]
+    gpu = cfg["profile"] == "gpu"
+    dtype = cfg["workload"]["dtype"]
+    if dtype == "auto":
+        dtype = _model_dtype(model) if gpu else "float32"
+    return {
+        "model": model,
+        "lora_rank": cfg["lora"]["rank"],
+        "lora_alpha": cfg["lora"]["alpha"],
+        "num_generations": tr["num_generations"],
+        "sampling": Sampling.from_config(tr["sampling"], seed=cfg["workload"]["sampling_seed"]).to_dict(),
+        "sampling_preset": tr["sampling"] if isinstance(tr["sampling"], str) else None,
+        "ignore_eos": False,
+        "max_new_tokens": tr["max_completion_length"],
+        "dataset": cfg["dataset"]["source"],
+        "device": "cuda" if gpu else "cpu",
+        "dtype": dtype,
+        "options": tr["options"].get(backend, {}),
     }
 
 

@@ -59,7 +59,7 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
         assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
         tokens = sum(map(len, outs))
         walls.append(wall)
-        per_round.append({"wall_s": round(wall, 4), "decoded_tokens": tokens})
+        per_round.append({"wall_s": round(wall, 6), "decoded_tokens": tokens})
 
     peak = {"allocated": None, "reserved": None}
     if cuda:
@@ -81,10 +81,10 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
             "n_prompt_tokens": n_prompt_tokens,
             "n_decoded_tokens": decoded,
             "rounds": per_round,
-            "median_wall_s": round(med, 4),
-            "best_wall_s": round(best, 4),
+            "median_wall_s": round(med, 6),
+            "best_wall_s": round(best, 6),
             "decode_tps": round(decoded / med, 2),
-            "decode_tps_best": round(max(r["decoded_tokens"] / r["wall_s"] for r in per_round), 2),
+            "decode_tps_best": round(max(r["decoded_tokens"] / w for r, w in zip(per_round, walls)), 2),
             "prompt_tps": round(n_prompt_tokens / med, 2),
             "peak_memory_gb": peak,
             "setup_s": round(setup_s, 3),

@@ -1,0 +1,71 @@
+# GRPO training with each rollout backend, then each compared step by step against the reference.
+
+
+rule train:
+    input:
+        model=model_input,
+        adapter=lambda wc: lora_dir(wc.model),
+        dataset=lambda wc: [dataset_dir()] if CFG["dataset"]["source"] == "synthetic" else [],
+        code=train_sources,
+    output:
+        "results/train/{model}/{backend}/steps{steps}.json",
+    params:
+        workload=lambda wc: json.dumps(train_workload(wc), sort_keys=True),
+        probe=lambda wc: rb_grpo_availability.fingerprint(wc.backend),
+        model_dir=lambda wc: model_dir(wc.model),
+        adapter=lambda wc: lora_dir(wc.model),
+        dataset=dataset_dir(),
+        pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
+        lock_dir=CFG["gpu"]["lock_dir"],
+    log:
+        "results/logs/train/{model}/{backend}/steps{steps}.log",
+    benchmark:
+        "results/benchmarks/train/{model}/{backend}/steps{steps}.tsv"
+    resources:
+        gpu=GPU_PER_JOB,
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "python -m rollout_bench.gpu_lease --gpus {resources.gpu} --pin '{params.pin}' "
+        "--lock-dir {params.lock_dir} -- "
+        "python -m rollout_bench train --backend {wildcards.backend} --model {wildcards.model} "
+        "--workload {params.workload:q} --model-dir {params.model_dir} --adapter {params.adapter} "
+        "--dataset {params.dataset} --steps {wildcards.steps} --out {output} > {log} 2>&1"
+
+
+rule compare:
+    input:
+        ref="results/train/{model}/{ref}/steps%d.json" % CFG["train"]["steps"],
+        candidate="results/train/{model}/{candidate}/steps%d.json" % CFG["train"]["steps"],
+        code=f"{SRC}/grpo/compare.py",
+    output:
+        "results/compare/{model}/{ref}__{candidate}.json",
+    log:
+        "results/logs/compare/{model}/{ref}__{candidate}.log",
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "python -m rollout_bench compare --ref {input.ref} --candidate {input.candidate} --out {output} > {log} 2>&1"
+
+
+rule render_train:
+    input:
+        stats=TRAIN_STATS,
+        comparisons=COMPARE_PATHS,
+        code=f"{SRC}/grpo/report.py",
+    output:
+        train_table=report("results/tables/train.md", caption="../workflow/report/train_table.rst",
+                           category="Training"),
+        equivalence=report("results/tables/equivalence.md", caption="../workflow/report/equivalence.rst",
+                           category="Training"),
+        chart_html=report("results/charts/train_steps.html", caption="../workflow/report/train_steps.rst",
+                          category="Training"),
+        chart_svg="results/charts/train_steps.svg",
+    log:
+        "results/logs/report/render_train.log",
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python -m rollout_bench render-train --stats {input.stats} --comparisons {input.comparisons} "
+        "--train-table {output.train_table} --equivalence-table {output.equivalence} "
+        "--chart-html {output.chart_html} --chart-svg {output.chart_svg} > {log} 2>&1"

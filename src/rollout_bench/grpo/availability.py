@@ -1,0 +1,44 @@
+"""Which GRPO rollout backends can run here, and if not, why and what would make them run.
+
+Mirrors `rollout_bench.backends`: the reason names the missing piece and the fix; `fingerprint`
+is the Snakemake param that re-runs a `skipped` job when packages or GPUs change.
+"""
+import importlib
+
+from .. import envinfo
+
+NAMES = ("hf_generate", "transformers_cb", "flex", "vllm", "unsloth")
+CORE = ("torch", "transformers", "peft", "trl")
+REQUIRES = {
+    "hf_generate": CORE,
+    "transformers_cb": CORE,
+    "flex": CORE,
+    "vllm": CORE + ("vllm",),
+    "unsloth": CORE + ("unsloth",),
+}
+NEEDS_GPU = {"hf_generate": False, "transformers_cb": False, "flex": False, "vllm": True, "unsloth": True}
+
+
+def unavailable(backend: str, gpu_count: int) -> str | None:
+    assert backend in NAMES, f"unknown GRPO backend {backend!r}; known: {', '.join(NAMES)}"
+    missing = [p for p in REQUIRES[backend] if envinfo.version(p) is None]
+    if missing:
+        return (f"package(s) {', '.join(missing)} not installed; install the '{backend}' environment "
+                f"(envs/) and rerun: the job re-runs when the package versions change")
+    if NEEDS_GPU[backend] and gpu_count == 0:
+        return f"GRPO with {backend} needs a CUDA GPU and none is visible; run on a GPU host with --resources gpu=N"
+    if backend == "flex":
+        try:
+            importlib.import_module("rollout_bench.engine").Engine  # noqa: B018
+        except (ImportError, AttributeError) as e:
+            return (f"the flex engine does not import ({type(e).__name__}: {e}); it lives in "
+                    f"src/rollout_bench/engine/, and the job re-runs when that code changes")
+    if backend == "unsloth":
+        return ("the Unsloth GRPO driver (FastLanguageModel, fast_inference=False, shared adapter copied in) "
+                "is not written yet (issue 5); the job re-runs when src/rollout_bench/grpo changes")
+    return None
+
+
+def fingerprint(backend: str) -> str:
+    pkgs = ",".join(f"{p}={envinfo.version(p)}" for p in REQUIRES[backend])
+    return f"{pkgs};gpus={envinfo.physical_gpu_count()}"

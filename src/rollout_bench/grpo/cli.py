@@ -1,0 +1,56 @@
+"""`python -m rollout_bench train|compare|render-train`: the GRPO jobs' command lines.
+
+`rollout_bench.__main__` wires them with `grpo.cli.add_commands(sub)`; each handler is one call.
+"""
+import json
+
+
+def _train(a):
+    from . import job
+
+    rec = job.run_job(backend=a.backend, model=a.model, workload=json.loads(a.workload), model_dir=a.model_dir,
+                      adapter_dir=a.adapter or None, dataset_dir=a.dataset, steps=a.steps, out=a.out)
+    print(json.dumps({k: rec.get(k) for k in ("status", "reason", "median_step_s", "train_wall_s")}))
+
+
+def _compare(a):
+    from . import compare
+
+    res = compare.compare(a.ref, a.candidate, a.out, kl_abs=a.kl_abs, kl_rel=a.kl_rel)
+    print(json.dumps({"status": res["status"], "passed": (res.get("gate") or {}).get("passed"),
+                      "step_time_ratio": res.get("step_time_ratio")}))
+
+
+def _render(a):
+    from .. import atomic
+    from . import report
+
+    atomic.write_text(a.train_table, report.training_table(a.stats))
+    atomic.write_text(a.equivalence_table, report.equivalence_table(a.comparisons or []))
+    report.save_chart(report.trajectory_charts(report.trajectory_frame(a.stats)), a.chart_html, a.chart_svg)
+
+
+def add_commands(sub) -> None:
+    from .compare import KL_ABS_BOUND, KL_REL_BOUND
+
+    p = sub.add_parser("train", help="one GRPO training job -> stats JSON (kind train)")
+    for k in ("backend", "model", "workload", "model-dir", "dataset", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--adapter", default="", help="PEFT adapter dir every backend starts from")
+    p.add_argument("--steps", type=int, required=True)
+    p.set_defaults(fn=_train)
+
+    p = sub.add_parser("compare", help="a backend's GRPO trajectory vs the reference's -> compare JSON")
+    p.add_argument("--ref", required=True)
+    p.add_argument("--candidate", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--kl-abs", type=float, default=KL_ABS_BOUND)
+    p.add_argument("--kl-rel", type=float, default=KL_REL_BOUND)
+    p.set_defaults(fn=_compare)
+
+    p = sub.add_parser("render-train", help="train stats + compare JSONs -> tables and per-step charts")
+    for k in ("train-table", "equivalence-table", "chart-html", "chart-svg"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--stats", nargs="+", required=True)
+    p.add_argument("--comparisons", nargs="*", default=[])
+    p.set_defaults(fn=_render)

@@ -1,0 +1,108 @@
+"""Pairwise diff of a backend's GRPO trajectory against a reference backend's, and the equivalence gate.
+
+On random weights the completions are noise, so matching rewards or losses is not the test (two
+backends sample different tokens from the same near-greedy distribution). Equivalence here means:
+both runs have a finite loss at every step, their KL stays non-negative and within a bounded range
+of the reference's, they ran the identical reward code and hyper-parameters, and they produced the
+same number of completions at every step. The |diff| figures are reported beside the gate.
+"""
+import math
+import statistics
+
+from .. import atomic
+from .. import stats as stats_contract
+
+TRAJECTORY = ("loss", "reward", "kl", "grad_norm")
+# Hyper-parameters that must match for the trajectories to be comparable; `options`, `device` and
+# `dtype` are per-backend engine settings and may differ.
+NOT_COMPARED = ("options", "device", "dtype")
+KL_ABS_BOUND = 0.05  # a KL up to this is in range whatever the reference did
+KL_REL_BOUND = 10.0  # ... and up to this many times the reference's largest KL
+
+
+def series(rec: dict, key: str) -> dict[int, float | None]:
+    return {s["step"]: _finite(s.get(key)) for s in rec.get("steps", [])}
+
+
+def _finite(v):
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def diff(ref: dict, cand: dict, key: str) -> dict | None:
+    a, b = series(ref, key), series(cand, key)
+    both = [(a[s], b[s]) for s in sorted(set(a) & set(b)) if a[s] is not None and b[s] is not None]
+    if not both:
+        return None
+    d = [abs(x - y) for x, y in both]
+    return {"n_compared": len(d), "max_abs": max(d), "mean_abs": statistics.fmean(d)}
+
+
+def value_range(rec: dict, key: str) -> list[float] | None:
+    vals = [v for v in series(rec, key).values() if v is not None]
+    return [min(vals), max(vals)] if vals else None
+
+
+def _check(ok: bool, detail: str) -> dict:
+    return {"ok": bool(ok), "detail": detail}
+
+
+def gate(ref: dict, cand: dict, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL_REL_BOUND) -> dict:
+    checks = {}
+    bad = {name: [s for s, v in series(r, "loss").items() if v is None] for name, r in (("ref", ref), ("cand", cand))}
+    checks["finite_loss"] = _check(not any(bad.values()) and ref.get("steps") and cand.get("steps"),
+                                   "every step has a finite loss" if not any(bad.values())
+                                   else f"loss missing or non-finite at steps {bad}")
+
+    kl_ref, kl_cand = series(ref, "kl"), series(cand, "kl")
+    ref_kl, cand_kl = [v for v in kl_ref.values() if v is not None], [v for v in kl_cand.values() if v is not None]
+    if None in kl_ref.values() or None in kl_cand.values() or not ref_kl or not cand_kl:
+        checks["kl_bounded"] = _check(False, "KL not logged at every step of both runs (beta = 0, or dropped)")
+    else:
+        bound = max(kl_abs, kl_rel * max(ref_kl))
+        # the k3 estimator TRL logs is non-negative; a negative value means a broken logprob pass
+        checks["kl_bounded"] = _check(min(ref_kl + cand_kl) >= -1e-6 and max(cand_kl) <= bound,
+                                      f"candidate KL in [{min(cand_kl):.3g}, {max(cand_kl):.3g}], bound {bound:.3g} "
+                                      f"(max of {kl_abs} and {kl_rel} x reference max {max(ref_kl):.3g})")
+
+    n_ref = [s.get("n_completions") for s in ref.get("steps", [])]
+    n_cand = [s.get("n_completions") for s in cand.get("steps", [])]
+    checks["completion_counts"] = _check(n_ref == n_cand and None not in n_ref,
+                                         f"completions per step: reference {n_ref}, candidate {n_cand}")
+
+    same_code = ref.get("reward_sha256") is not None and ref.get("reward_sha256") == cand.get("reward_sha256")
+    checks["reward_code"] = _check(same_code, f"rewards.py sha256 {str(ref.get('reward_sha256'))[:12]} vs "
+                                              f"{str(cand.get('reward_sha256'))[:12]}")
+
+    hp = lambda r: {k: v for k, v in (r.get("grpo") or {}).items() if k not in NOT_COMPARED}  # noqa: E731
+    differs = sorted(k for k in set(hp(ref)) | set(hp(cand)) if hp(ref).get(k) != hp(cand).get(k))
+    checks["hyperparameters"] = _check(bool(hp(ref)) and not differs,
+                                       "identical" if not differs else f"differ in {differs}")
+    return {"passed": all(c["ok"] for c in checks.values()), "checks": checks,
+            "kl_bound": {"abs": kl_abs, "rel": kl_rel}}
+
+
+def compare(ref_path, cand_path, out, *, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL_REL_BOUND) -> dict:
+    ref, cand = stats_contract.load(ref_path), stats_contract.load(cand_path)
+    result = {
+        "ref": str(ref_path), "candidate": str(cand_path),
+        "model": cand["model"], "ref_backend": ref["backend"], "cand_backend": cand["backend"],
+        "status": "ok", "reason": None,
+    }
+    not_ok = [(name, r) for name, r in (("reference", ref), ("candidate", cand)) if r["status"] != "ok"]
+    if not_ok:
+        name, r = not_ok[0]
+        result.update(status="skipped", reason=f"{name} {r['backend']} is {r['status']}: {r['reason']}")
+        atomic.write_json(out, result)
+        return result
+
+    result["common_steps"] = len(set(series(ref, "loss")) & set(series(cand, "loss")))
+    result["diff"] = {k: diff(ref, cand, k) for k in TRAJECTORY}
+    result["range"] = {k: {"ref": value_range(ref, k), "cand": value_range(cand, k)} for k in TRAJECTORY}
+    result["median_step_s"] = {"ref": ref["median_step_s"], "cand": cand["median_step_s"]}
+    result["step_time_ratio"] = cand["median_step_s"] / ref["median_step_s"]
+    result["train_wall_s"] = {"ref": ref["train_wall_s"], "cand": cand["train_wall_s"]}
+    result["peak_memory_gb"] = {"ref": ref["peak_memory_gb"], "cand": cand["peak_memory_gb"]}
+    result["is_correction"] = {"ref": ref.get("is_correction"), "cand": cand.get("is_correction")}
+    result["gate"] = gate(ref, cand, kl_abs, kl_rel)
+    atomic.write_json(out, result)
+    return result

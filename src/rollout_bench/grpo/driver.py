@@ -1,0 +1,172 @@
+"""One GRPO run with TRL's GRPOTrainer: the same tokenizer, chat template, dataset, rewards, starting
+adapter and hyper-parameters for every backend; only the rollout path differs.
+
+    hf_generate      TRL's default `model.generate` path (PEFT adapter unmerged)
+    transformers_cb  TRL's transformers continuous-batching path (`generate_batch`, paged KV)
+    flex             our engine through `rollout_func` (flex_rollout.py)
+    vllm             TRL `use_vllm=True`, `vllm_mode="colocate"` (issue 5 runs it on the GPU)
+"""
+import dataclasses
+import math
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..assets import chat
+from . import data, flex_rollout, rewards, trl_cpu
+from .config import LORA_TARGETS, TrainSpec, grpo_config, optimizer_name
+from .phases import PHASES, PhaseClock
+from .stats_callback import StepStats
+
+SKIP_STEPS = 3  # median step time over steps 4..N: the first three pay compile / graph / allocator warm-up
+CPU_CB_BLOCK_SIZE = 32
+CPU_CB_MAX_BATCH_TOKENS = 512
+
+
+@dataclass
+class Run:
+    steps: list[dict]
+    train_wall_s: float
+    peak_memory_gb: dict
+    info: dict = field(default_factory=dict)
+
+
+def median_step(steps: list[dict]) -> tuple[float, list[int]]:
+    """Median step wall over steps 4..N; with fewer than 4 steps, over all of them (the range says which)."""
+    timed = [s for s in steps if s.get("step_wall_s") is not None]
+    assert timed, "no timed steps"
+    window = timed[SKIP_STEPS:] if len(timed) > SKIP_STEPS else timed
+    return statistics.median(s["step_wall_s"] for s in window), [window[0]["step"], window[-1]["step"]]
+
+
+def load_tokenizer(model_dir: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template = chat.CHAT_TEMPLATE  # the seed puts its GRPO template on any tokenizer, hub ones too
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_policy(model_dir: str, adapter_dir: str | None, spec: TrainSpec):
+    """-> (model, peft_config) for GRPOTrainer.
+
+    kl_reference "base": TRL applies LoRA itself (`peft_config`), so its reference is the policy with
+    adapters disabled, i.e. the base model, as for any new adapter; `load_adapter_weights` then copies
+    the shared adapter in. The shared adapter's lora_B is non-zero, so the KL term and its gradient
+    are non-zero from step 1 even when random-weight completions all score alike (zero advantages):
+    the loss, KL and grad-norm trajectories carry signal and the LoRA weights really move.
+    kl_reference "adapter": the shared adapter as a trainable PeftModel; TRL then freezes a copy of
+    it as the reference ("ref" adapter), so KL starts at exactly 0.
+    """
+    from peft import LoraConfig, PeftConfig, PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, spec.dtype)).to(spec.device)
+    if adapter_dir and spec.kl_reference == "adapter":
+        return PeftModel.from_pretrained(model, adapter_dir, is_trainable=True), None
+    if adapter_dir:
+        return model, PeftConfig.from_pretrained(adapter_dir)
+    return model, LoraConfig(r=spec.lora_rank, lora_alpha=spec.lora_alpha, target_modules=list(LORA_TARGETS),
+                             lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+
+
+def load_adapter_weights(peft_model, adapter_dir: str) -> None:
+    from peft import set_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    weights = load_peft_weights(adapter_dir, device=str(next(peft_model.parameters()).device))
+    result = set_peft_model_state_dict(peft_model, weights, adapter_name="default")
+    missing = [k for k in result.missing_keys if "lora_" in k and ".default." in k]
+    assert not missing and not result.unexpected_keys, (missing[:3], result.unexpected_keys[:3])
+
+
+def cpu_cb_config(spec: TrainSpec, max_prompt_len: int) -> dict:
+    # On CPU the library would size the paged cache from a share of host RAM; size it for this run.
+    blocks_per_seq = math.ceil((max_prompt_len + spec.max_completion_length) / CPU_CB_BLOCK_SIZE)
+    return {"block_size": CPU_CB_BLOCK_SIZE, "num_blocks": spec.batch_size * blocks_per_seq + 1,
+            "max_batch_tokens": CPU_CB_MAX_BATCH_TOKENS}
+
+
+def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | None, dataset_dir: str,
+          steps: int, dataset_limit: int | None = None, engine_factory=None) -> Run:
+    """`engine_factory(model_dir, spec, max_prompt_len, adapter_dir)` builds the flex engine (default: ours)."""
+    from transformers import set_seed
+    from trl import GRPOTrainer
+
+    logprob_head = "torch fallback (no Triton)" if trl_cpu.ensure_logprob_head() else "trl triton kernel"
+    set_seed(spec.seed)
+    tok = load_tokenizer(model_dir)
+    train_ds, max_prompt_len = data.load(dataset_dir, tok, spec.prompt_quantile, limit=dataset_limit)
+    if backend == "transformers_cb" and spec.device == "cpu" and "continuous_batching" not in spec.options:
+        spec = dataclasses.replace(spec, options={**spec.options,
+                                                  "continuous_batching": cpu_cb_config(spec, max_prompt_len)})
+    model, peft_config = load_policy(model_dir, adapter_dir, spec)
+    stats_cb, clock = StepStats(), PhaseClock()
+    rollout = None
+    if backend == "flex":
+        # rollout_func is marked experimental in TRL 1.15; the warning would repeat in every flex job log
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        engine = (engine_factory or flex_rollout.build_engine)(model_dir, spec, max_prompt_len, adapter_dir)
+        rollout = flex_rollout.FlexRollout(engine, spec, clock)
+
+    with tempfile.TemporaryDirectory(prefix="grpo-") as workdir:
+        args = grpo_config(spec, backend, max_steps=steps, output_dir=workdir)
+        trainer = GRPOTrainer(model=model, reward_funcs=rewards.build(tok.eos_token), args=args,
+                              train_dataset=train_ds, processing_class=tok, peft_config=peft_config,
+                              callbacks=[stats_cb], rollout_func=rollout)
+        if adapter_dir and peft_config is not None:
+            load_adapter_weights(trainer.model, adapter_dir)
+        clock.install(trainer)
+        is_correction = backend == "vllm" and args.vllm_importance_sampling_correction
+        if backend == "flex" and spec.importance_sampling:
+            flex_rollout.enable_importance_sampling(trainer)
+            is_correction = True
+
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        trainer.train()
+        train_wall = time.perf_counter() - t0
+
+    step_records = merge(stats_cb.records(), clock.steps)
+    info = {
+        "optimizer": str(getattr(args.optim, "value", args.optim)),
+        "optimizer_requested": optimizer_name(),
+        "is_correction": is_correction,
+        "is_mode": args.vllm_importance_sampling_mode if is_correction else None,
+        "reward_funcs": [f.__name__ for f in trainer.reward_funcs],
+        "reward_sha256": rewards.source_sha256(),
+        "max_prompt_tokens": max_prompt_len,
+        "n_train_prompts": len(train_ds),
+        "grpo": {**spec.to_dict(), "loss_type": args.loss_type, "scale_rewards": args.scale_rewards,
+                 "epsilon": args.epsilon, "generation_batch_size": args.generation_batch_size,
+                 "steps_per_generation": args.steps_per_generation, "shared_adapter": bool(adapter_dir)},
+        "logprob_head": logprob_head,
+        "trl_summary": stats_cb.summary,
+    }
+    if rollout is not None:
+        info["engine"] = {"lora_refreshes": rollout.refreshes, **getattr(rollout.engine, "memory", dict)()}
+    return Run(step_records, round(train_wall, 4), peak_memory(step_records), info)
+
+
+def merge(records: list[dict], phases: dict[int, dict]) -> list[dict]:
+    out = []
+    for rec in records:
+        rec = {**rec, **phases.get(rec["step"], {})}
+        if rec.get("step_wall_s") is not None and f"time/{PHASES[0]}_s" in rec:
+            rec["time/other_s"] = round(rec["step_wall_s"] - sum(rec[f"time/{p}_s"] for p in PHASES), 6)
+        out.append(rec)
+    return out
+
+
+def peak_memory(steps: list[dict]) -> dict:
+    if not torch.cuda.is_available():
+        return {"allocated": None, "reserved": None}
+    return {"allocated": max((s["mem_gb"] or 0.0) for s in steps),
+            "reserved": max((s.get("mem_reserved_gb") or 0.0) for s in steps)}

@@ -1,0 +1,42 @@
+"""One training job: run GRPO with one backend, write the stats contract (kind "train")."""
+from .. import envinfo, stats
+from . import availability, driver
+from .config import TrainSpec
+
+CONTRACT = ("step", "loss", "reward", "reward_std", "kl", "grad_norm", "step_wall_s", "completion_len", "mem_gb")
+
+
+def gate(run: driver.Run, spec: TrainSpec, steps: int) -> str | None:
+    """A run whose trajectory cannot be compared reports no speed: every step logged, finite loss,
+    and the configured number of completions per step."""
+    if len(run.steps) != steps:
+        return f"{len(run.steps)} step records for {steps} optimizer steps"
+    bad = [s["step"] for s in run.steps if s["loss"] is None]
+    if bad:
+        return f"loss missing or non-finite at step(s) {bad}"
+    want = spec.batch_size * spec.gradient_accumulation_steps
+    wrong = [(s["step"], s["n_completions"]) for s in run.steps if s.get("n_completions") != want]
+    if wrong:
+        return f"expected {want} completions per step, got (step, count) {wrong}"
+    return None
+
+
+def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter_dir: str | None,
+            dataset_dir: str, steps: int, out: str, variant: str = "default") -> dict:
+    record = stats.base("train", backend=backend, variant=variant, model=model, workload=workload)
+    reason = availability.unavailable(backend, envinfo.gpu_info()["gpu_count"])
+    if reason:
+        return stats.finish(stats.skipped(record, reason), out)
+
+    spec = TrainSpec.from_workload(workload)
+    run = driver.train(backend, spec, model_dir=model_dir, adapter_dir=adapter_dir or None,
+                       dataset_dir=dataset_dir, steps=steps)
+    record.update(run.info)
+    record["steps"] = [{**{k: s.get(k) for k in CONTRACT}, **s} for s in run.steps]
+    bad = gate(run, spec, steps)
+    if bad:
+        return stats.finish(stats.failed(record, bad), out)
+    median, window = driver.median_step(run.steps)
+    record.update(median_step_s=round(median, 4), median_step_window=window, train_wall_s=run.train_wall_s,
+                  peak_memory_gb=run.peak_memory_gb)
+    return stats.finish(record, out)

@@ -1,0 +1,107 @@
+"""GRPO results rendered: the training table, the equivalence table, per-step charts (reward, KL, step time)."""
+import json
+import statistics
+
+import altair as alt
+import pandas as pd
+
+from ..render import save_chart  # noqa: F401  (HTML + SVG, atomically; re-exported for the CLI)
+from .phases import PHASES
+
+EQUIVALENCE_CAPTION = (
+    "Equivalence on random weights. The model's completions are noise, so two backends sample different "
+    "tokens and their rewards and losses differ for that reason alone; the |diff| columns measure that, "
+    "they are not the test. A backend is equivalent to the reference when every step has a finite loss, "
+    "its KL stays non-negative and within the bound (the larger of an absolute floor and a multiple of "
+    "the reference's largest KL), it ran the identical reward code (rewards.py sha256) and "
+    "hyper-parameters, and it produced the same number of completions at every step. Step-time ratio = "
+    "candidate median step / reference median step (steps 4..N)."
+)
+CHART_METRICS = {"reward": "mean reward", "kl": "KL to reference", "step_wall_s": "step wall (s)"}
+
+
+def _fmt(v, spec=".3g"):
+    return "" if v is None or (isinstance(v, float) and v != v) else format(v, spec)
+
+
+def _load(paths) -> list[dict]:
+    out = []
+    for p in paths:
+        with open(p) as f:
+            out.append(json.load(f))
+    return out
+
+
+def equivalence_table(comparison_paths) -> str:
+    rows = _load(comparison_paths)
+    lines = [EQUIVALENCE_CAPTION, "",
+             "| model | reference | candidate | equivalent | max \\|Δloss\\| | max \\|Δreward\\| (mean) "
+             "| max \\|ΔKL\\| | max \\|Δgrad_norm\\| | KL range ref / cand | step-time ratio | notes |",
+             "|---|---|---|---|--:|--:|--:|--:|---|--:|---|"]
+    for r in sorted(rows, key=lambda r: (r["model"], r["ref_backend"], r["cand_backend"])):
+        head = f"| {r['model']} | {r['ref_backend']} | {r['cand_backend']} "
+        if r["status"] != "ok":
+            lines.append(head + f"| {r['status']} | | | | | | | {r['reason']} |")
+            continue
+        d, g = r["diff"], r["gate"]
+        failed = [f"{k}: {c['detail']}" for k, c in g["checks"].items() if not c["ok"]]
+        dmax = lambda k: _fmt(d[k]["max_abs"]) if d[k] else "n/a"  # noqa: E731
+        reward = f"{dmax('reward')} ({_fmt(d['reward']['mean_abs'])})" if d["reward"] else "n/a"
+        kl = r["range"]["kl"]
+        kl_range = " / ".join(f"[{_fmt(x[0])}, {_fmt(x[1])}]" if x else "n/a" for x in (kl["ref"], kl["cand"]))
+        lines.append(head + f"| {'yes' if g['passed'] else 'NO'} | {dmax('loss')} | {reward} | {dmax('kl')} "
+                            f"| {dmax('grad_norm')} | {kl_range} | {_fmt(r['step_time_ratio'], '.2f')} "
+                            f"| {'; '.join(failed)} |")
+    return "\n".join(lines) + "\n"
+
+
+def training_table(stats_paths) -> str:
+    """Backend rows: median step, train wall, peak memory, optimizer, IS correction, step-time breakdown."""
+    recs = _load(stats_paths)
+    phase_cols = " | ".join(f"{p} s" for p in PHASES)
+    lines = ["Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians of "
+             "exclusive time (time/<phase>_s in the stats).", "",
+             f"| model | backend | status | steps | median step s | train wall s | peak alloc GB | optimizer "
+             f"| IS correction | {phase_cols} |",
+             "|---|---|---|--:|--:|--:|--:|---|---|" + "--:|" * len(PHASES)]
+    for r in sorted(recs, key=lambda r: (r["model"], r["backend"])):
+        head = f"| {r['model']} | {r['backend']} "
+        if r["status"] != "ok":
+            lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (7 + len(PHASES)))
+            continue
+        med = [_fmt(statistics.median(s.get(f"time/{p}_s") or 0.0 for s in r["steps"]), ".3f") for p in PHASES]
+        lines.append(head + f"| ok | {len(r['steps'])} | {_fmt(r['median_step_s'], '.3f')} "
+                            f"| {_fmt(r['train_wall_s'], '.1f')} | {_fmt(r['peak_memory_gb'].get('allocated'), '.2f')} "
+                            f"| {r.get('optimizer', '')} | {'yes' if r.get('is_correction') else 'no'} "
+                            f"| {' | '.join(med)} |")
+    return "\n".join(lines) + "\n"
+
+
+def trajectory_frame(stats_paths) -> pd.DataFrame:
+    """Long format: model, backend, step, metric, value (ok runs only)."""
+    rows = []
+    for r in _load(stats_paths):
+        if r["status"] != "ok":
+            continue
+        for s in r["steps"]:
+            for m in CHART_METRICS:
+                if s.get(m) is not None:
+                    rows.append({"model": r["model"], "backend": r["backend"], "step": s["step"],
+                                 "metric": m, "value": s[m]})
+    return pd.DataFrame(rows, columns=["model", "backend", "step", "metric", "value"])
+
+
+def trajectory_chart(df: pd.DataFrame, metric: str) -> alt.Chart:
+    return (alt.Chart(df[df.metric == metric]).mark_line(point=True)
+            .encode(x=alt.X("step:Q", title="optimizer step"), y=alt.Y("value:Q", title=CHART_METRICS[metric]),
+                    color="backend:N", tooltip=["backend", "step", "value"])
+            .properties(width=260, height=180, title=CHART_METRICS[metric]))
+
+
+def trajectory_charts(df: pd.DataFrame):
+    """One row per model: reward, KL and step time per step, one line per backend."""
+    if df.empty:
+        return alt.Chart(pd.DataFrame({"text": ["no training run finished with status ok"]})).mark_text().encode(text="text")
+    rows = [alt.hconcat(*(trajectory_chart(df[df.model == m], k) for k in CHART_METRICS)).properties(title=m)
+            for m in sorted(df.model.unique())]
+    return alt.vconcat(*rows).properties(title="GRPO per-step trajectories")

@@ -1,0 +1,173 @@
+"""The step-stats callback, the phase clock, compare() and the report renderers, on synthetic data."""
+import json
+import math
+import time
+
+import pytest
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from rollout_bench import stats
+from rollout_bench.grpo import compare, driver, report, rewards
+from rollout_bench.grpo.config import TrainSpec
+from rollout_bench.grpo.phases import PhaseClock
+from rollout_bench.grpo.stats_callback import StepStats
+
+
+def _events(cb, step, *logs):
+    args, state, control = TrainingArguments(output_dir="/tmp/unused", report_to="none"), TrainerState(), TrainerControl()
+    state.global_step = step - 1
+    cb.on_step_begin(args, state, control)
+    state.global_step = step  # the Trainer increments before on_step_end and before logging
+    cb.on_step_end(args, state, control)
+    for log in logs:
+        cb.on_log(args, state, control, logs=dict(log))
+
+
+def test_callback_merges_split_log_calls_by_step():
+    cb = StepStats()
+    # TRL's vanilla path can log KL on a call without `loss`: the seed's callback dropped it
+    _events(cb, 1, {"loss": 0.5, "grad_norm": 1.0, "learning_rate": 0.0}, {"kl": 0.01, "reward": -7.5},
+            {"completions/mean_length": 12, "rewards/check_answer/mean": -2.0})
+    _events(cb, 2, {"kl": 0.02}, {"loss": float("nan"), "grad_norm": 0.9, "reward": -7.0, "reward_std": 0.5})
+    _events(cb, 3)
+    cb.on_log(None, _state(3), None, logs={"train_runtime": 1.0, "train_loss": 0.4, "epoch": 0.1})
+    r1, r2, r3 = cb.records()
+    assert (r1["loss"], r1["kl"], r1["reward"], r1["grad_norm"], r1["completion_len"]) == (0.5, 0.01, -7.5, 1.0, 12.0)
+    assert r1["rewards/check_answer/mean"] == -2.0 and r1["learning_rate"] == 0.0
+    assert r2["kl"] == 0.02 and r2["loss"] is None and r2["nonfinite"] == ["loss"] and r2["reward_std"] == 0.5
+    assert r3["loss"] is None and r3["kl"] is None and r3["step_wall_s"] >= 0
+    assert "train_runtime" not in r3 and cb.summary["train_loss"] == 0.4
+    assert all(r["mem_gb"] is None for r in (r1, r2, r3))  # CPU: no GPU memory
+    json.dumps(cb.records(), allow_nan=False)
+
+
+def _state(step):
+    s = TrainerState()
+    s.global_step = step
+    return s
+
+
+def test_phase_clock_times_are_exclusive():
+    clock = PhaseClock()
+    with clock.phase("rollout"):
+        time.sleep(0.03)
+        with clock.phase("lora_refresh"):
+            time.sleep(0.05)
+    clock.on_step_end(None, _state(1), None)
+    rec = clock.steps[1]
+    assert 0.025 < rec["time/rollout_s"] < 0.05 and rec["time/lora_refresh_s"] >= 0.05
+    assert rec["n_completions"] == 0 and rec["time/backward_s"] == 0.0
+    with pytest.raises(AssertionError):
+        with clock.phase("not-a-phase"):
+            pass
+
+
+def test_median_step_skips_three_warmup_steps_and_falls_back_below_four():
+    steps = [{"step": i, "step_wall_s": w} for i, w in enumerate([9.0, 8.0, 7.0, 1.0, 2.0, 3.0], 1)]
+    assert driver.median_step(steps) == (2.0, [4, 6])
+    assert driver.median_step(steps[:3]) == (8.0, [1, 3])
+
+
+def test_spec_from_workload_and_batch_invariant():
+    spec = TrainSpec.from_workload({"lora_rank": 32, "num_generations": 4, "max_new_tokens": 16, "ignore_eos": False,
+                                    "sampling": "equivalence", "seed": 3407, "unknown_key": 1})
+    assert spec.max_completion_length == 16 and spec.batch_size == 4 and spec.sampling.top_k == 5
+    assert spec.sampling.min_p == 0.5 and spec.learning_rate == 5e-6 and spec.max_grad_norm == 1.0
+    with pytest.raises(AssertionError):
+        TrainSpec(num_generations=4, per_device_train_batch_size=6)
+
+
+# ---- compare() and the renderers on synthetic stats files -------------------------------------------------------
+
+def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.002, 0.003, 0.002),
+                 n=(4, 4, 4, 4), median=1.0, reward_sha=None, status="ok", lr=5e-6):
+    wl = {"lora_rank": 32, "num_generations": 4, "sampling": {"temperature": 0.1}, "ignore_eos": False,
+          "max_new_tokens": 16}
+    rec = stats.base("train", backend=backend, variant="default", model="qwen3-tiny", workload=wl)
+    path = tmp_path / f"{backend}.json"
+    if status != "ok":
+        return path, stats.finish(stats.skipped(rec, f"{backend} cannot run here: reason and fix"), path)
+    steps = [{"step": i + 1, "loss": l, "reward": -7.5 + i, "kl": k, "grad_norm": 0.5 + i, "step_wall_s": median,
+              "n_completions": c, "completion_len": 16.0, "reward_std": 0.0, "mem_gb": None}
+             for i, (l, k, c) in enumerate(zip(loss, kl, n))]
+    rec.update(steps=steps, median_step_s=median, train_wall_s=median * len(steps),
+               peak_memory_gb={"allocated": None, "reserved": None}, optimizer="adamw_torch",
+               is_correction=backend == "flex", reward_sha256=reward_sha or rewards.source_sha256(),
+               grpo={"learning_rate": lr, "num_generations": 4, "device": "cpu", "options": {}})
+    return path, stats.finish(rec, path)
+
+
+def test_compare_equivalent_runs(tmp_path):
+    ref, _ = _train_stats(tmp_path, "hf_generate")
+    cand, _ = _train_stats(tmp_path, "flex", loss=(0.1, 0.25, 0.3, 0.1), kl=(0.001, 0.004, 0.002, 0.002), median=0.25)
+    out = tmp_path / "cmp" / "hf_generate__flex.json"
+    res = compare.compare(ref, cand, out)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(res))
+    assert res["status"] == "ok" and res["gate"]["passed"], res["gate"]
+    assert res["diff"]["loss"]["max_abs"] == pytest.approx(0.1) and res["diff"]["loss"]["n_compared"] == 4
+    assert res["diff"]["loss"]["mean_abs"] == pytest.approx((0 + 0.05 + 0 + 0.1) / 4)
+    assert res["diff"]["kl"]["max_abs"] == pytest.approx(0.002) and res["diff"]["reward"]["max_abs"] == 0
+    assert res["step_time_ratio"] == pytest.approx(0.25) and res["common_steps"] == 4
+    assert res["range"]["kl"]["cand"] == [0.001, 0.004]
+
+
+@pytest.mark.parametrize("change,failing", [
+    ({"loss": (0.1, None, 0.3, 0.2)}, "finite_loss"),
+    ({"kl": (0.001, 0.9, 0.003, 0.002)}, "kl_bounded"),
+    ({"kl": (0.001, None, 0.003, 0.002)}, "kl_bounded"),
+    ({"n": (4, 4, 8, 4)}, "completion_counts"),
+    ({"reward_sha": "0" * 64}, "reward_code"),
+    ({"lr": 1e-5}, "hyperparameters"),
+])
+def test_compare_gate_failures(tmp_path, change, failing):
+    ref, _ = _train_stats(tmp_path, "hf_generate")
+    cand, _ = _train_stats(tmp_path, "transformers_cb", **change)
+    res = compare.compare(ref, cand, tmp_path / "c.json")
+    assert not res["gate"]["passed"]
+    assert [k for k, c in res["gate"]["checks"].items() if not c["ok"]] == [failing]
+
+
+def test_compare_with_a_skipped_backend_says_why(tmp_path):
+    ref, _ = _train_stats(tmp_path, "hf_generate")
+    cand, _ = _train_stats(tmp_path, "vllm", status="skipped")
+    res = compare.compare(ref, cand, tmp_path / "c.json")
+    assert res["status"] == "skipped" and "candidate vllm is skipped" in res["reason"]
+
+
+def test_renderers(tmp_path):
+    ref, _ = _train_stats(tmp_path, "hf_generate")
+    cand, _ = _train_stats(tmp_path, "flex", median=0.5)
+    skip, _ = _train_stats(tmp_path, "vllm", status="skipped")
+    c1, c2 = tmp_path / "c1.json", tmp_path / "c2.json"
+    compare.compare(ref, cand, c1)
+    compare.compare(ref, skip, c2)
+    table = report.equivalence_table([c1, c2])
+    assert table.startswith("Equivalence on random weights.") and "| qwen3-tiny | hf_generate | flex | yes |" in table
+    assert "| skipped |" in table and "0.50 |" in table
+    train = report.training_table([ref, cand, skip])
+    assert "| qwen3-tiny | flex | ok | 4 | 0.500 |" in train and "skipped: vllm cannot run here" in train
+    df = report.trajectory_frame([ref, cand, skip])
+    assert set(df.backend) == {"hf_generate", "flex"} and set(df.metric) == {"reward", "kl", "step_wall_s"}
+    report.save_chart(report.trajectory_charts(df), tmp_path / "t.html", tmp_path / "t.svg")
+    assert (tmp_path / "t.svg").read_text().lstrip().startswith("<svg")
+    assert not math.isnan(df.value.sum())
+
+
+def test_cli_commands_run_compare_and_render(tmp_path, capsys):
+    import argparse
+
+    from rollout_bench.grpo import cli
+
+    ap = argparse.ArgumentParser()
+    cli.add_commands(ap.add_subparsers(dest="cmd", required=True))
+    ref, _ = _train_stats(tmp_path, "hf_generate")
+    cand, _ = _train_stats(tmp_path, "flex", median=0.5)
+    a = ap.parse_args(["compare", "--ref", str(ref), "--candidate", str(cand), "--out", str(tmp_path / "c.json")])
+    a.fn(a)
+    assert json.loads(capsys.readouterr().out) == {"status": "ok", "passed": True, "step_time_ratio": 0.5}
+    a = ap.parse_args(["render-train", "--stats", str(ref), str(cand), "--comparisons", str(tmp_path / "c.json"),
+                       "--train-table", str(tmp_path / "t.md"), "--equivalence-table", str(tmp_path / "e.md"),
+                       "--chart-html", str(tmp_path / "c.html"), "--chart-svg", str(tmp_path / "c.svg")])
+    a.fn(a)
+    assert "| flex |" in (tmp_path / "t.md").read_text() and "| yes |" in (tmp_path / "e.md").read_text()
+    assert (tmp_path / "c.svg").exists() and (tmp_path / "c.html").exists()

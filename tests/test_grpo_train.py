@@ -1,0 +1,181 @@
+"""Real 3-step GRPO runs on CPU (tiny random Qwen3, LoRA r=32 on all projections), the flex rollout
+wiring through TRL's rollout_func, and the comparison of real trajectories."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rollout_bench import stats
+from rollout_bench.grpo import availability, compare, driver, flex_rollout, job, report
+from rollout_bench.grpo.config import LORA_TARGETS, TrainSpec
+from rollout_bench.workload import SAMPLING_PRESETS
+
+STEPS = 3
+WORKLOAD = {"lora_rank": 32, "lora_alpha": 64, "num_generations": 4, "max_new_tokens": 16, "ignore_eos": False,
+            "sampling": {**SAMPLING_PRESETS["equivalence"], "seed": 3407}, "device": "cpu", "dtype": "float32"}
+
+
+@pytest.fixture(scope="module")
+def grpo_assets(tiny_assets, tmp_path_factory):
+    from rollout_bench.assets import lora
+
+    d = tmp_path_factory.mktemp("grpo")
+    lora.build(tiny_assets["model"], d / "lora32", 32, 64, list(LORA_TARGETS), 1e-4, 0)
+    return {**tiny_assets, "lora": str(d / "lora32"), "dir": d}
+
+
+@pytest.fixture(scope="module")
+def run(grpo_assets):
+    done = {}
+
+    def _run(backend):
+        if backend not in done:
+            out = grpo_assets["dir"] / f"train_{backend}.json"
+            rec = job.run_job(backend=backend, model="qwen3-tiny", workload=WORKLOAD, model_dir=grpo_assets["model"],
+                              adapter_dir=grpo_assets["lora"], dataset_dir=grpo_assets["dataset"], steps=STEPS,
+                              out=str(out))
+            done[backend] = (out, rec)
+        return done[backend]
+
+    return _run
+
+
+@pytest.mark.parametrize("backend", ["hf_generate", "transformers_cb"])
+def test_three_step_run_writes_the_stats_contract(run, backend):
+    out, rec = run(backend)
+    assert rec["status"] == "ok", rec["reason"]
+    assert stats.load(out)["backend"] == backend  # schema-valid on disk
+    assert [s["step"] for s in rec["steps"]] == [1, 2, 3]
+    for s in rec["steps"]:
+        assert all(k in s for k in job.CONTRACT)
+        assert s["n_completions"] == 4 and s["completion_len"] <= 16
+        # KL to the base model: the shared adapter's lora_B ~ N(0, 1e-4) makes it tiny but the gradient non-zero;
+        # at that size the k3 estimate is fp32 rounding around 0, hence the tolerance
+        assert s["kl"] is not None and s["kl"] >= -1e-6 and s["grad_norm"] > 0
+        assert s["loss"] is not None and "rewards/check_answer/mean" in s and "entropy" in s
+        assert s["time/rollout_s"] > 0 and s["time/backward_s"] > 0 and s["time/logprobs_s"] > 0
+    assert rec["steps"][1]["learning_rate"] > 0  # warm-up is ceil(0.1 * 3) = 1 step
+    assert rec["median_step_s"] > 0 and rec["median_step_window"] == [1, 3]  # fewer than 4 steps: all of them
+    assert rec["optimizer"] in ("adamw_torch", "adamw_8bit") and rec["optimizer"] == rec["optimizer_requested"]
+    assert rec["is_correction"] is False and rec["grpo"]["max_grad_norm"] == 1.0 and rec["grpo"]["beta"] > 0
+    assert rec["reward_funcs"] == ["match_format_exactly", "match_format_approximately", "check_answer", "check_numbers"]
+
+
+def test_real_trajectories_compare_as_equivalent(run, tmp_path):
+    ref, _ = run("hf_generate")
+    cand, _ = run("transformers_cb")
+    res = compare.compare(ref, cand, tmp_path / "hf_generate__transformers_cb.json")
+    assert res["gate"]["passed"], res["gate"]
+    table = report.equivalence_table([tmp_path / "hf_generate__transformers_cb.json"])
+    assert "| hf_generate | transformers_cb | yes |" in table
+
+
+@pytest.mark.parametrize("backend", ["vllm", "unsloth"])
+def test_backends_that_cannot_run_here_are_skipped_with_a_reason(grpo_assets, backend):
+    out = grpo_assets["dir"] / f"skip_{backend}.json"
+    rec = job.run_job(backend=backend, model="qwen3-tiny", workload=WORKLOAD, model_dir=grpo_assets["model"],
+                      adapter_dir=grpo_assets["lora"], dataset_dir=grpo_assets["dataset"], steps=STEPS, out=str(out))
+    assert rec["status"] == "skipped" and ("install" in rec["reason"] or "GPU" in rec["reason"])
+    assert stats.load(out)["status"] == "skipped"
+
+
+def test_flex_real_engine(run):
+    reason = availability.unavailable("flex", 0)
+    if reason:
+        pytest.skip(f"flex engine not importable yet: {reason}")
+    out, rec = run("flex")
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["is_correction"] and rec["engine"]["lora_refreshes"] == STEPS
+    for s in rec["steps"]:
+        assert s["time/lora_refresh_s"] > 0 and s["n_completions"] == 4
+        # the engine's logprobs are what TRL recomputes with the trained adapter: IS ratio ~ 1
+        assert s["sampling/sampling_logp_difference/max"] < 1e-3
+        assert 0.99 < s["sampling/importance_sampling_ratio/mean"] < 1.01
+
+
+# ---- the flex rollout wiring, against a stand-in with the engine's API ------------------------------------------
+
+class ReferenceEngine:
+    """The flex engine's API (generate / refresh_lora) on plain HF: merged-LoRA copy of the base, HF sampling,
+    logprob = log_softmax(logits / temperature) of each sampled token, which is what TRL recomputes."""
+
+    def __init__(self, model_dir, spec, max_prompt_len, adapter_dir):
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+        self.pristine = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.calls, self.refreshes = [], []
+
+    @torch.no_grad()
+    def refresh_lora(self, state, scaling):
+        mods = dict(self.model.named_modules())
+        for n, p in self.model.named_parameters():
+            p.copy_(self.pristine[n])
+        for key, a in state.items():
+            if ".lora_A." in key:
+                target = key.removeprefix("base_model.model.").split(".lora_A.")[0]
+                mods[target].weight += scaling * (state[key.replace(".lora_A.", ".lora_B.")] @ a)
+        self.refreshes.append(scaling)
+
+    @torch.no_grad()
+    def generate(self, prompts, sampling, max_new_tokens, n=1, ignore_eos=False, eos_token_id=None):
+        self.calls.append((len(prompts), n, sampling.seed))
+        torch.manual_seed(sampling.seed)
+        out = []
+        for p in prompts:
+            ids = torch.tensor([p] * n)
+            g = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                    temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                                    min_p=sampling.min_p, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                                    pad_token_id=eos_token_id, output_logits=True, return_dict_in_generate=True)
+            seqs = g.sequences[:, ids.shape[1]:]  # [n, T]
+            logp = torch.log_softmax(torch.stack(g.logits, 1).float() / sampling.temperature, -1)
+            logp = logp.gather(-1, seqs[..., None]).squeeze(-1)  # [n, T]
+            for row, lp in zip(seqs.tolist(), logp.tolist()):
+                end = row.index(eos_token_id) + 1 if eos_token_id in row else len(row)
+                out.append(SimpleNamespace(token_ids=row[:end], logprobs=lp[:end]))
+        return out
+
+
+def test_flex_rollout_through_trl_with_importance_sampling(grpo_assets):
+    engines = []
+
+    def factory(*a):
+        engines.append(ReferenceEngine(*a))
+        return engines[-1]
+
+    spec = TrainSpec.from_workload(WORKLOAD)
+    run = driver.train("flex", spec, model_dir=grpo_assets["model"], adapter_dir=grpo_assets["lora"],
+                       dataset_dir=grpo_assets["dataset"], steps=STEPS, dataset_limit=64, engine_factory=factory)
+    eng = engines[0]
+    assert run.info["is_correction"] and run.info["engine"]["lora_refreshes"] == STEPS
+    assert eng.refreshes == [2.0] * STEPS  # alpha / r, once per optimizer step
+    assert eng.calls == [(1, 4, 3407), (1, 4, 3408), (1, 4, 3409)]  # one prompt group of 4, a seed per step
+    for s in run.steps:
+        assert s["n_completions"] == 4 and s["loss"] is not None and s["kl"] is not None
+        assert s["time/lora_refresh_s"] > 0
+        # TRL's own IS correction ran, and the refreshed merged copy samples from the trained policy
+        assert s["sampling/sampling_logp_difference/max"] < 1e-3, s["sampling/sampling_logp_difference/max"]
+        assert s["sampling/importance_sampling_ratio/min"] > 0.99
+
+
+def test_shared_adapter_is_copied_into_the_trl_applied_lora(grpo_assets):
+    from peft import get_peft_model
+    from safetensors.torch import load_file
+
+    spec = TrainSpec.from_workload(WORKLOAD)
+    model, cfg = driver.load_policy(grpo_assets["model"], grpo_assets["lora"], spec)
+    assert cfg is not None and cfg.r == 32 and sorted(cfg.target_modules) == sorted(LORA_TARGETS)
+    peft_model = get_peft_model(model, cfg)  # what GRPOTrainer does with peft_config
+    driver.load_adapter_weights(peft_model, grpo_assets["lora"])
+    saved = load_file(f"{grpo_assets['lora']}/adapter_model.safetensors")
+    state = flex_rollout.adapter_state(peft_model)
+    assert set(state) == set(saved) and len(saved) == 2 * 7 * 2  # A and B, 7 projections, 2 layers
+    assert all(torch.equal(state[k].float(), saved[k].float()) for k in saved)
+    assert flex_rollout.lora_scaling(peft_model.peft_config["default"]) == 2.0
+
+
+def test_group_detection():
+    assert flex_rollout.groups([[1, 2], [1, 2], [3], [3]]) == ([[1, 2], [3]], 2)
+    assert flex_rollout.groups([[1], [1], [2]]) == ([[1], [1], [2]], 1)
+    assert flex_rollout.groups([[1], [2]]) == ([[1], [2]], 1)
