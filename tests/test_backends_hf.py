@@ -13,11 +13,20 @@ PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [100, 200, 300, 400, 500, 600, 700], [
 MAX_NEW = 10
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_cpu_thread():
+    # Tiny matmuls on a busy 2-core box: 2-way OpenMP on the main thread measured up to 20x slower than 1.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg = AutoConfig.for_model(**json.load(open(MODEL_CONFIGS / "qwen3-tiny.json")))
+    cfg = AutoConfig.for_model(**json.loads((MODEL_CONFIGS / "qwen3-tiny.json").read_text()))
     # Tied random embeddings make greedy decoding repeat the prompt's last token; untied, it wanders,
     # so token-identical output actually means something.
     cfg.tie_word_embeddings = False
@@ -28,10 +37,10 @@ def model_dir(tmp_path_factory):
 
 
 def make_spec(model_dir, variant="default", **kw):
-    base = dict(model_dir=model_dir, adapter_dir=None, variant=variant, batch_size=3, max_new_tokens=MAX_NEW,
-                sampling=Sampling(), ignore_eos=True, eos_token_id=1, pad_token_id=0,
-                max_prompt_tokens=max(map(len, PROMPTS)))
-    return GenSpec(**{**base, **kw})
+    spec = GenSpec(model_dir=model_dir, adapter_dir=None, variant=variant, batch_size=3, max_new_tokens=MAX_NEW,
+                   sampling=Sampling(), ignore_eos=True, eos_token_id=1, pad_token_id=0,
+                   max_prompt_tokens=max(map(len, PROMPTS)))
+    return replace(spec, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -138,15 +147,19 @@ def test_transformers_cb_sampling_honoured(model_dir):
 
 def test_generate_batch_inside_inference_mode_kills_worker(model_dir):
     """transformers 5.17 sharp edge: the manager's buffers are made on the calling thread; under
-    inference_mode they are inference tensors and the worker thread's in-place reset kills it. Every request
-    comes back FAILED (no exception). The backend switches inference_mode off around its call."""
+    inference_mode they are inference tensors and the worker thread's in-place reset kills it. No exception
+    reaches the caller: requests come back FAILED, or are dropped if the worker died before they were queued.
+    The backend switches inference_mode off around its call."""
     spec = make_spec(model_dir, "paged_sdpa")
     model = hf_generate.load_model(spec, attn_implementation="paged|sdpa")
     with torch.inference_mode():
         results = model.generate_batch(PROMPTS[:2], generation_config=transformers_cb.cb_generation_config(spec),
-                                       continuous_batching_config=transformers_cb.cb_config(spec))
-    assert results and all(r.error is not None and "Inplace update to inference tensor" in r.error
-                           for r in results.values())
+                                       continuous_batching_config=transformers_cb.cb_config(spec),
+                                       persistent_manager=True)  # kept, so its fatal error can be read
+    fatal = model._cached_continuous_batching_manager.background_thread_status.fatal_error
+    model.destroy_cached_continuous_batching_manager()
+    assert "Inplace update to inference tensor outside InferenceMode" in str(fatal)
+    assert all(r.error is not None for r in results.values())
     gen = transformers_cb.load(spec)
     try:
         with torch.inference_mode():
@@ -164,6 +177,16 @@ def test_cb_sync_eager_matches_hf_generate(model_dir, reference, eos_case):
     assert gen.memory()["cuda_graphs"] is False
     spec, ref = eos_case
     assert cb_sync.load(replace(spec, variant="eager")).generate(PROMPTS, 2) == ref
+
+
+def test_cb_sync_failed_capture_falls_back_honestly(model_dir, reference):
+    """Forcing the graph path on CPU makes the capture fail: the step reruns eagerly and the status says why."""
+    gen = cb_sync.load(make_spec(model_dir, "eager"))
+    gen.graphs = True
+    assert gen.generate(PROMPTS, 2) == reference
+    status = gen.memory()
+    assert status["cuda_graphs"] is False and status["graph_note"].startswith("CUDA graph step failed")
+    assert gen.info()["steps"]["decode_eager"] > 0
 
 
 def test_lora_unmerged_matches_hf_generate(model_dir, adapter_dir, reference):
@@ -234,7 +257,8 @@ def test_hf_static_compiles_on_gpu(model_dir, adapter_dir, lora):
 @pytest.mark.gpu
 @needs_cuda
 def test_transformers_cb_runs_on_gpu(model_dir):
-    spec = make_spec(model_dir, "paged_sdpa", device="cuda", options={"num_blocks": 64, "block_size": 32})
+    sized = {"num_blocks": 64, "block_size": 32, "max_batch_tokens": 256}
+    spec = make_spec(model_dir, "paged_sdpa", device="cuda", options=sized)
     ref = hf_generate.load(spec).generate(PROMPTS, 2)
     gen = transformers_cb.load(spec)
     try:
@@ -251,7 +275,7 @@ def test_transformers_cb_runs_on_gpu(model_dir):
 @pytest.mark.parametrize("lora", [False, True])
 def test_cb_sync_graphs_capture_on_gpu(model_dir, adapter_dir, lora):
     spec = make_spec(model_dir, "graphs", device="cuda", adapter_dir=adapter_dir if lora else None,
-                     options={"num_blocks": 64, "block_size": 32})
+                     options={"num_blocks": 64, "block_size": 32, "max_batch_tokens": 256})
     eager = cb_sync.load(replace(spec, variant="eager")).generate(PROMPTS, 2)
     gen = cb_sync.load(spec)
     out = gen.generate(PROMPTS, 2)

@@ -5,7 +5,8 @@ import subprocess
 from importlib import metadata
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "tokenizers",
-            "triton", "vllm", "unsloth", "flash-attn-4", "bitsandbytes", "snakemake")
+            "triton", "vllm", "unsloth", "flash-attn", "flash-attn-3", "flash-attn-4", "bitsandbytes",
+            "snakemake")
 
 GPU_IDS_VAR = "ROLLOUT_BENCH_GPU_IDS"  # set by gpu_lease: physical ids, comma separated
 

@@ -65,8 +65,11 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
     if cuda:
         peak = {"allocated": round(cuda.max_memory_allocated() / 1e9, 3),
                 "reserved": round(cuda.max_memory_reserved() / 1e9, 3)}
-    engine_mem = getattr(gen, "memory", lambda: {})()
-    peak.update(engine_mem)
+    engine_info = {**getattr(gen, "info", lambda: {})(), **getattr(gen, "memory", lambda: {})()}
+    # the engine's own pool (KV blocks, vLLM's reservation) sits beside torch's peak counters
+    for k, v in engine_info.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and (k == "reserved" or k.endswith("_gb")):
+            peak["engine_reserved_gb" if k == "reserved" else k] = v
     getattr(gen, "close", lambda: None)()
 
     med = statistics.median(walls)
@@ -76,6 +79,7 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
     return {
         "outputs": outs,
         "fields": {
+            "engine": engine_info,
             "batch_size": spec.batch_size,
             "n_prompts": len(prompts),
             "n_prompt_tokens": n_prompt_tokens,

@@ -44,5 +44,6 @@ def unavailable(name: str, variant: str, gpu_count: int) -> str | None:
 def fingerprint(name: str) -> str:
     """What decides whether `name` can run here; a change re-runs its jobs (a Snakemake param)."""
     mod = module(name)
-    pkgs = ",".join(f"{p}={envinfo.version(p)}" for p in mod.REQUIRES)
+    extra = [dist for dist, _ in getattr(mod, "VARIANT_REQUIRES", {}).values()]
+    pkgs = ",".join(f"{p}={envinfo.version(p)}" for p in (*mod.REQUIRES, *extra))
     return f"{pkgs};gpus={envinfo.physical_gpu_count()}"

@@ -1,0 +1,65 @@
+"""`model.generate` with a static KV cache and a torch.compile'd decode forward.
+
+This is TRL's default path (hf_generate: PEFT adapter unmerged) with `cache_implementation="static"`.
+transformers compiles the decode-step forward itself once the cache is static and the model is on a
+GPU (`generation_config.compile_config`, default mode "reduce-overhead" = CUDA graphs); prefill stays
+eager. Shapes are held fixed so one compiled graph serves the whole job: the cache is sized for
+spec.max_seq_len on every call and every chunk is filled to spec.batch_size rows (the filler rows
+repeat the chunk's last prompt and are dropped), so a short last chunk does not trigger a recompile.
+"""
+import torch
+
+from .hf_generate import generation_kwargs, left_pad, load_model, strip
+
+REQUIRES = ("torch", "transformers", "peft")
+NEEDS_GPU = True
+VARIANTS = ("default",)
+COMPILE_OPTIONS = ("compile_mode", "fullgraph", "dynamic")
+
+
+def unavailable(variant, gpu_count):
+    return None
+
+
+def compile_config(spec):
+    from transformers.generation.configuration_utils import CompileConfig
+
+    unknown = sorted(set(spec.options) - set(COMPILE_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown hf_static option(s) {unknown}; known: {list(COMPILE_OPTIONS)}")
+    o = spec.options
+    return CompileConfig(mode=o.get("compile_mode", "reduce-overhead"), fullgraph=o.get("fullgraph", False),
+                         dynamic=o.get("dynamic", None))
+
+
+class Generator:
+    def __init__(self, spec):
+        self.spec = spec
+        self.model = load_model(spec)
+        self.kwargs = dict(generation_kwargs(spec), cache_implementation="static",
+                           max_cache_len=spec.max_seq_len, compile_config=compile_config(spec))
+
+    @torch.inference_mode()
+    def generate(self, prompts, n):
+        seqs = [p for p in prompts for _ in range(n)]
+        torch.manual_seed(self.spec.sampling.seed)
+        out = []
+        for i in range(0, len(seqs), self.spec.batch_size):
+            chunk = seqs[i:i + self.spec.batch_size]
+            filled = chunk + [chunk[-1]] * (self.spec.batch_size - len(chunk))
+            ids, mask = left_pad(filled, self.spec.pad_token_id, self.spec.device)
+            gen = self.model.generate(input_ids=ids, attention_mask=mask, **self.kwargs)  # [B, S+T]
+            out.extend(strip(row, self.spec) for row in gen[:len(chunk), ids.shape[1]:].tolist())
+        return out
+
+    def compiled(self) -> bool:
+        """True once transformers has built the compiled decode call (it does not on CPU)."""
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        return hasattr(base, "_compiled_call")
+
+    def info(self):
+        return {"compiled": self.compiled(), "compile_config": self.kwargs["compile_config"].to_dict()}
+
+
+def load(spec):
+    return Generator(spec)
