@@ -1,0 +1,151 @@
+"""vLLM offline engine: `LLM` on the model dir, the adapter as a `LoRARequest`, token-id prompts.
+
+Variants: `default` (normal weight loading, gpu_memory_utilization from config, 0.9 unless set),
+`dummy` (load_format="dummy": random weights, engine speed only) and `gmu_low` (0.3: how much of
+the speed survives a small KV cache). vLLM reserves its KV cache up front, so memory is reported as
+device memory in use (cudaMemGetInfo) next to the KV cache size, not torch's allocator peaks.
+"""
+import json
+import os
+from pathlib import Path
+
+from .. import envinfo
+
+REQUIRES = ("torch", "vllm")
+NEEDS_GPU = True
+VARIANTS = ("default", "dummy", "gmu_low")
+GMU_DEFAULT, GMU_LOW = 0.9, 0.3
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks (0.26)
+# Measured on the offline H200 host: without these the engine start hangs at model-runner init.
+# They pin vLLM's own address to loopback and keep the V1 engine core in this process.
+ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+INSTALL = ("install the 'vllm' group: conda env envs/vllm.yaml, or offline "
+           "`python -m rollout_bench.wheelhouse build vllm --constraints <host packages>` here and "
+           "`python -m rollout_bench.wheelhouse install .wheelhouse/vllm --target DIR` on the GPU host")
+
+
+def unavailable(variant, gpu_count):
+    missing = [p for p in REQUIRES if envinfo.version(p) is None]
+    if missing:
+        return f"package(s) {', '.join(missing)} not installed; {INSTALL}"
+    if gpu_count == 0:
+        return "vllm needs a CUDA GPU and none is visible; run on a GPU host with --resources gpu=N"
+    os.environ.update({k: os.environ.get(k, v) for k, v in ENV.items()})
+    try:
+        import vllm  # noqa: F401
+    except Exception as e:  # a broken install fails in many ways (ABI, CUDA libs, pins)
+        return f"vllm {envinfo.version('vllm')} is installed but does not import ({type(e).__name__}: {e}); {INSTALL}"
+    return None
+
+
+def gpu_memory_utilization(spec) -> float:
+    if spec.variant == "gmu_low":
+        return float(spec.options.get("gpu_memory_utilization_low", GMU_LOW))
+    return float(spec.options.get("gpu_memory_utilization", GMU_DEFAULT))
+
+
+def adapter_rank(adapter_dir) -> int:
+    return int(json.loads((Path(adapter_dir) / "adapter_config.json").read_text())["r"])
+
+
+def engine_kwargs(spec) -> dict:
+    kw = dict(model=spec.model_dir, dtype=spec.dtype, seed=spec.sampling.seed,
+              gpu_memory_utilization=gpu_memory_utilization(spec), max_model_len=spec.max_seq_len,
+              max_num_seqs=spec.batch_size, enforce_eager=bool(spec.options.get("enforce_eager", False)))
+    if spec.variant == "dummy":
+        kw["load_format"] = "dummy"
+    if spec.adapter_dir:
+        r = adapter_rank(spec.adapter_dir)
+        kw.update(enable_lora=True, max_loras=1, max_lora_rank=min(x for x in LORA_RANKS if x >= r))
+    kw.update(spec.options.get("engine_kwargs", {}))
+    return kw
+
+
+def sampling_kwargs(spec, n: int) -> dict:
+    """SamplingParams for one request. vLLM 0.26: top_k 0 = off (-1 still accepted, 0 preferred);
+    temperature 0 = greedy, which vLLM refuses with n > 1 (see `requests`).
+
+    The seed goes to the engine (`LLM(seed=)`); a per-request seed (option request_seed: true)
+    makes vLLM 0.26 leave FlashInfer sampling and draw each seeded row in a Python loop."""
+    s = spec.sampling
+    kw = dict(n=n, max_tokens=spec.max_new_tokens, ignore_eos=spec.ignore_eos)
+    if spec.options.get("request_seed", False):
+        kw["seed"] = s.seed
+    if not spec.options.get("detokenize", True):  # TRL keeps vLLM's detokenizer on; so do we by default
+        kw["detokenize"] = False
+    if s.greedy:
+        kw.update(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0)
+    else:
+        kw.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p)
+    if not spec.ignore_eos:
+        kw["stop_token_ids"] = [spec.eos_token_id]  # the tokenizer's EOS, as the HF backends stop on
+    return kw
+
+
+def requests(prompts: list[list[int]], n: int, greedy: bool) -> tuple[list[list[int]], int]:
+    """(prompts to submit, n per request). Greedy with n > 1 raises in vLLM ("n must be 1 when using
+    greedy sampling"): submit each prompt n times instead; the output order stays prompt-major."""
+    if greedy and n > 1:
+        return [p for p in prompts for _ in range(n)], 1
+    return list(prompts), n
+
+
+class Generator:
+    def __init__(self, spec):
+        os.environ.update({k: os.environ.get(k, v) for k, v in ENV.items()})
+        from vllm import LLM
+
+        self.spec = spec
+        self.llm = LLM(**engine_kwargs(spec))
+        self.lora = None
+        if spec.adapter_dir:
+            from vllm.lora.request import LoRARequest
+
+            self.lora = LoRARequest("adapter", 1, str(Path(spec.adapter_dir).resolve()))
+
+    def generate(self, prompts, n):
+        from vllm import SamplingParams, TokensPrompt
+
+        inputs, per_request = requests(prompts, n, self.spec.sampling.greedy)
+        params = SamplingParams(**sampling_kwargs(self.spec, per_request))
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in inputs], params,
+                                 use_tqdm=False, lora_request=self.lora)
+        return [list(c.token_ids) for o in outs for c in sorted(o.outputs, key=lambda c: c.index)]
+
+    def memory(self) -> dict:
+        return engine_memory(self.llm, gpu_memory_utilization(self.spec))
+
+    def close(self):
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        try:
+            if core is not None:
+                core.shutdown()
+        except Exception:
+            pass
+        self.llm = None
+
+
+def engine_memory(llm, gmu: float) -> dict:
+    """Device memory in use (cudaMemGetInfo: vLLM reserves KV cache, graphs and workspaces outside
+    torch's peak stats) and the KV cache vLLM carved out (None where this release hides it)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    out = {"reserved_gb": round((total - free) / 1e9, 3), "gpu_memory_utilization": gmu,
+           "kv_cache_tokens": None, "kv_cache_gb": None}
+    try:
+        cfg = llm.llm_engine.vllm_config
+        tokens = cfg.cache_config.num_gpu_blocks * cfg.cache_config.block_size
+        out["kv_cache_tokens"] = tokens
+        mc, pc, cache_dtype = cfg.model_config, cfg.parallel_config, cfg.cache_config.cache_dtype
+        itemsize = mc.dtype.itemsize if cache_dtype == "auto" else (1 if "fp8" in cache_dtype else None)
+        # K and V, every layer, every KV head
+        out["kv_cache_gb"] = round(tokens * 2 * mc.get_num_layers(pc) * mc.get_num_kv_heads(pc)
+                                   * mc.get_head_size() * itemsize / 1e9, 3)
+    except Exception:  # internals move between releases; the in-use figure stands alone
+        pass
+    return out
+
+
+def load(spec):
+    return Generator(spec)
