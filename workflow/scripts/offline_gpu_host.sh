@@ -9,7 +9,9 @@ if [ ! -f "$SITE/.installed" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WHEELS"/*.whl
   touch "$SITE/.installed"
 fi
-# rules call `python -m ...`; some images only have python3
-mkdir -p /tmp/rb-bin && ln -sf "$(command -v python3)" /tmp/rb-bin/python
+# rules call `python -m ...`; some images only have python3 (a wrapper, not a symlink: a venv's
+# interpreter reached through a symlink elsewhere loses its site-packages)
+mkdir -p /tmp/rb-bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/rb-bin/python
+chmod +x /tmp/rb-bin/python
 export PATH="/tmp/rb-bin:$PATH" PYTHONPATH="$SITE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 exec python3 -m snakemake "$@"

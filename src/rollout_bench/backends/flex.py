@@ -1,0 +1,135 @@
+"""Our flex_attention engine (rollout_bench.engine) as a pipeline backend.
+
+Variants: 'graphs' (CUDA graph per batch bucket, GPU only), 'eager' (no graphs; the CPU path),
+'peft_unmerged' (the PEFT model with its adapter unmerged on the hot path: the slow reference the
+merged double copy is measured against). spec.options are EngineConfig overrides.
+
+ignore_eos follows vLLM: EOS does not stop a completion but may be sampled (hf_generate instead
+forbids it through min_new_tokens).
+"""
+from dataclasses import replace
+
+import torch
+
+from ..workload import Sampling
+from . import hf_generate
+
+REQUIRES = ("torch", "transformers")
+NEEDS_GPU = False
+VARIANTS = ("graphs", "eager", "peft_unmerged")
+
+# Largest first-token |logit| difference to HF, and the top-2 margin under which a greedy
+# disagreement counts as an argmax tie of the reference rather than an error.
+LOGIT_TOL = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
+
+
+def unavailable(variant, gpu_count):
+    if variant == "graphs" and gpu_count == 0:
+        return ("flex variant 'graphs' captures CUDA graphs and needs a CUDA GPU; none is visible: run on a "
+                "GPU host with --resources gpu=1 (variant 'eager' runs on CPU)")
+    if variant == "peft_unmerged":
+        from .. import envinfo
+
+        if envinfo.version("peft") is None:
+            return "flex variant 'peft_unmerged' needs peft; install it (core environment) and rerun"
+    return None
+
+
+def engine_config(spec):
+    from ..engine import EngineConfig
+
+    graphs = spec.variant != "eager" and str(spec.device).startswith("cuda")
+    return EngineConfig.from_options(dict(spec.options), max_batch=spec.batch_size, max_seq_len=spec.max_seq_len,
+                                     cuda_graphs=graphs)
+
+
+def build_engine(spec):
+    from ..engine import Engine
+
+    cfg = engine_config(spec)
+    if spec.variant == "peft_unmerged":
+        return Engine(hf_generate.load_model(spec), replace(cfg, lora_merge=False))
+    return Engine.from_pretrained(spec.model_dir, cfg, adapter_dir=spec.adapter_dir, device=spec.device,
+                                  dtype=getattr(torch, spec.dtype))
+
+
+class Generator:
+    def __init__(self, spec, engine=None):
+        self.spec = spec
+        self.engine = engine if engine is not None else build_engine(spec)
+
+    def generate(self, prompts, n):
+        s = self.spec
+        outs = self.engine.generate(prompts, s.sampling, s.max_new_tokens, n=n, ignore_eos=s.ignore_eos,
+                                    eos_token_id=s.eos_token_id)
+        return [o.token_ids for o in outs]
+
+    def memory(self):
+        return {"reserved": self.engine.memory()["reserved"]}
+
+    def close(self):
+        self.engine = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def load(spec):
+    return Generator(spec)
+
+
+def gate_prompts(vocab: int, page_size: int, seed: int = 0) -> list[list[int]]:
+    """Four prompts around page boundaries (one page, +-1, and a longer one), seeded random tokens."""
+    g = torch.Generator().manual_seed(seed)
+    lens = [page_size - 1, page_size + 1, 2 * page_size + page_size // 2, 7]
+    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
+
+
+@torch.no_grad()
+def check(engine, reference, prompts: list[list[int]], new_tokens: int, tol: float) -> dict:
+    """Engine vs HF `reference` on the same weights: first-token logits, then greedy tokens judged
+    step by step against the reference's logits on the engine's own continuation (teacher forcing),
+    so one near-tie cannot cascade into a whole divergent tail."""
+    dev = reference.device
+    got = engine.prompt_logits(prompts)
+    ref = torch.stack([reference(torch.tensor([p], device=dev)).logits[0, -1].float() for p in prompts])
+    diff = (got - ref).abs().max().item()
+    outs = engine.generate(prompts, Sampling(), new_tokens, ignore_eos=True)
+    exact, ties, mismatches = 0, [], []
+    for i, (p, out) in enumerate(zip(prompts, outs)):
+        toks = torch.tensor(out.token_ids, device=dev)
+        logits = reference(torch.tensor([p + out.token_ids], device=dev)).logits[0, len(p) - 1:-1].float()  # [T, V]
+        top2 = logits.topk(2, -1).values  # [T, 2]
+        chosen = logits.gather(1, toks[:, None])[:, 0]
+        for t in range(len(toks)):
+            gap = (top2[t, 0] - chosen[t]).item()
+            if gap <= 0:
+                exact += 1
+            elif gap <= tol:
+                ties.append({"prompt": i, "step": t, "gap": round(gap, 5),
+                             "ref_top2_margin": round((top2[t, 0] - top2[t, 1]).item(), 5)})
+            else:
+                mismatches.append({"prompt": i, "step": t, "gap": round(gap, 5)})
+    n = sum(len(o.token_ids) for o in outs)
+    return {"passed": diff <= tol and not mismatches, "max_abs_logit_diff": diff, "logit_tol": tol,
+            "first_token_argmax_match": bool(torch.equal(got.argmax(-1), ref.argmax(-1))),
+            "greedy_tokens": n, "greedy_exact": exact, "greedy_ties": ties, "greedy_mismatches": mismatches}
+
+
+def gate(spec, new_tokens: int = 16) -> dict:
+    """Correctness gate before any speed: the engine built as load() builds it, against HF on the
+    same weights: hf_generate's model, with a LoRA adapter merged by PEFT unless the variant runs
+    it unmerged (merging rounds W + BA to the weight dtype once, which is part of the engine's
+    configuration, not an error of its attention/KV/sampling path)."""
+    engine = build_engine(replace(spec, batch_size=max(spec.batch_size, 4),
+                                  max_new_tokens=max(spec.max_new_tokens, new_tokens)))
+    reference = hf_generate.load_model(spec)
+    if spec.adapter_dir and spec.variant != "peft_unmerged":
+        reference = reference.merge_and_unload()
+    cfg = engine.config
+    prompts = gate_prompts(engine.runner.vocab, cfg.page_size)
+    prompts = [p for p in prompts if len(p) + new_tokens <= cfg.max_seq_len] or [prompts[-1][:4]]
+    result = check(engine, reference, prompts, new_tokens, LOGIT_TOL[spec.dtype])
+    del engine, reference
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return result

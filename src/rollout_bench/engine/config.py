@@ -1,0 +1,88 @@
+"""Engine knobs: sizes of the paged KV pool, batch buckets, kernel options, graphs, FA4 prefill."""
+from dataclasses import dataclass, field, fields
+
+# Keys torch's FlexKernelOptions accepts in both torch 2.11 and 2.13 (we pass them through unchanged).
+KERNEL_OPTION_KEYS = frozenset({
+    "num_warps", "num_stages", "BLOCK_M", "BLOCK_N", "BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2",
+    "PRESCALE_QK", "ROWS_GUARANTEED_SAFE", "BLOCKS_ARE_CONTIGUOUS", "WRITE_DQ", "FORCE_USE_FLEX_ATTENTION",
+    "USE_TMA", "BACKEND", "fwd_num_warps", "fwd_num_stages", "fwd_BLOCK_M", "fwd_BLOCK_N",
+    "SPLIT_KV",  # flex-decoding only: KV splits per (row, kv head); Inductor picks 1 once B*Hkv >= #SMs/2
+})
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    max_batch: int = 64  # sequences in flight = batch slots (+1 reserved padding slot)
+    max_seq_len: int = 2048  # prompt + completion of one sequence
+    page_size: int = 128  # tokens per KV page = the BlockMask's KV block size
+    num_pages: int | None = None  # None: from kv_memory_gb, else every slot can hold max_seq_len
+    kv_memory_gb: float | None = None
+    max_prefill_tokens: int = 16384  # packed prompt tokens per prefill pass
+    decode_chunk: int = 16  # decode steps between host syncs (finished checks, admission)
+    cuda_graphs: bool = True  # one graph per batch bucket; only on CUDA
+    capture_all: bool = True  # capture every bucket (greedy + top-k sampling) at start, not on first use
+    compile: bool | None = None  # torch.compile the layer step; None = on for CUDA
+    fa4_prefill: str = "auto"  # 'auto' | 'on' | 'off'
+    decode_kernel_options: dict = field(default_factory=dict)
+    prefill_kernel_options: dict = field(default_factory=dict)
+    sampler_topk_cap: int = 64  # when every request has 0 < top_k <= cap, sample from torch.topk(cap)
+    lora_targets: tuple[str, ...] = ()  # module names kept as pristine + merged copy; () = no LoRA
+    lora_merge: bool = True  # False: run a PEFT model's adapter unmerged (the slow reference path)
+    fuse_projections: bool | None = None  # q/k/v and gate/up as one GEMM each; None = when the engine owns the weights
+
+    def __post_init__(self):
+        self.lora_targets = tuple(self.lora_targets)
+        assert self.max_batch >= 1 and self.max_seq_len >= 2
+        assert self.page_size >= 16 and self.page_size & (self.page_size - 1) == 0, \
+            "page_size must be a power of two >= 16 (it is the flex KV block size)"
+        assert self.num_pages is None or self.num_pages >= 2, "page 0 is reserved for padding rows"
+        assert self.kv_memory_gb is None or self.kv_memory_gb > 0
+        assert self.num_pages is None or self.kv_memory_gb is None, "give num_pages or kv_memory_gb, not both"
+        assert self.max_prefill_tokens >= self.page_size
+        assert 1 <= self.decode_chunk <= self.page_size
+        assert self.fa4_prefill in ("auto", "on", "off"), self.fa4_prefill
+        assert self.sampler_topk_cap >= 1
+        for opts in (self.decode_kernel_options, self.prefill_kernel_options):
+            unknown = set(opts) - KERNEL_OPTION_KEYS
+            assert not unknown, f"unknown flex kernel options {sorted(unknown)}; known: {sorted(KERNEL_OPTION_KEYS)}"
+        # The decode kernel then steps from one KV block to the next without reading kv_indices, but a
+        # sequence's pages are wherever the allocator found them (and shared across a GRPO group).
+        assert not self.decode_kernel_options.get("BLOCKS_ARE_CONTIGUOUS"), \
+            "BLOCKS_ARE_CONTIGUOUS is wrong for paged decode: physical pages are not contiguous"
+        # Padding rows and reserved slot 0 rely on the kernel's empty-row guard.
+        for opts in (self.decode_kernel_options, self.prefill_kernel_options):
+            assert not opts.get("ROWS_GUARANTEED_SAFE"), "ROWS_GUARANTEED_SAFE NaNs padded rows"
+
+    @property
+    def max_pages_per_seq(self) -> int:
+        return -(-self.max_seq_len // self.page_size)
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """Batch sizes with a CUDA graph: 1, 2, 4, 8, then steps of 16, and max_batch itself."""
+        small = [b for b in (1, 2, 4, 8) if b < self.max_batch]
+        steps = list(range(16, self.max_batch, 16))
+        return tuple(small + steps + [self.max_batch])
+
+    def bucket(self, n: int) -> int:
+        assert 1 <= n <= self.max_batch, (n, self.max_batch)
+        return next(b for b in self.buckets if b >= n)
+
+    def pages(self, bytes_per_page: int) -> int:
+        """Physical pages in the pool, page 0 (padding) included."""
+        if self.num_pages is not None:
+            return self.num_pages
+        if self.kv_memory_gb is not None:
+            n = int(self.kv_memory_gb * 1e9) // bytes_per_page
+            assert n >= 2, f"kv_memory_gb={self.kv_memory_gb} holds fewer than 2 pages of {bytes_per_page} bytes"
+            return n
+        return 1 + self.max_batch * self.max_pages_per_seq
+
+    @classmethod
+    def from_options(cls, options: dict, **defaults) -> "EngineConfig":
+        """`defaults` (from the job spec) overridden by `options` (the config's backend options)."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(options) - known
+        assert not unknown, f"unknown flex engine options {sorted(unknown)}; known: {sorted(known)}"
+        return cls(**{**defaults, **options})

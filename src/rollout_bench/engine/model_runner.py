@@ -1,0 +1,309 @@
+"""Runs an HF Qwen3/Llama CausalLM over the paged KV cache with flex_attention.
+
+The HF decoder layers are walked here: norms, MLP and projections are the HF modules themselves
+(so PEFT-wrapped projections work too); only attention is replaced (models/ + flex_attention).
+Prefill packs every prompt into one row with a document-causal mask and writes K/V into the
+pages; decode attends from each row to the whole pool through a physical BlockMask built from the
+page table. On CUDA the decode step of each batch bucket is captured as one CUDA graph that
+embeds, runs all layers, samples and feeds the sampled token back, so a chunk of decode steps is
+a chunk of graph replays with no host work in between.
+"""
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from . import fa4, fused, models, sampler
+from .config import EngineConfig
+from .kv_cache import KVCache
+from .lora import causal_lm
+from .page_table import PageTable
+from .sequence import Sequence
+
+
+def dense_attention(q, k, v, block_mask, scale, kernel_options=None):
+    """SDPA under the BlockMask's mask_mod, evaluated by broadcasting: the uncompiled (CPU) path.
+
+    Eager flex_attention costs ~0.1 s a call on CPU and materialises the scores anyway; this checks
+    the same masks, not the block lists (tests/test_engine_paging.py checks those).
+    """
+    N, T, S, dev = q.shape[0], q.shape[2], k.shape[2], q.device
+    mask = block_mask.mask_mod(torch.arange(N, device=dev)[:, None, None, None], 0,
+                               torch.arange(T, device=dev)[None, None, :, None],
+                               torch.arange(S, device=dev)[None, None, None, :])  # [N, 1, T, S]
+    return F.scaled_dot_product_attention(q, k.expand(N, -1, -1, -1), v.expand(N, -1, -1, -1), attn_mask=mask,
+                                          scale=scale, enable_gqa=True)
+
+
+def decode_attention(q, k, v, block_mask, scale, kernel_options):
+    """q [B, Hq, 1, D] over the pool k, v [1, Hkv, N*P, D]. Compiled per bucket with a static B:
+    Inductor only picks its split-KV flex-decoding kernel for a static batch size."""
+    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True,
+                          kernel_options=kernel_options)
+
+
+def prefill_attention(q, k, v, block_mask, scale, kernel_options):
+    """q [1, Hq, T, D] over the packed prompts' own k, v [1, Hkv, T, D]; compiled with dynamic T."""
+    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True,
+                          kernel_options=kernel_options)
+
+
+def pre_attention(layer, h, cos, sin, project_qkv, w_qkv=None):
+    """Norm, q/k/v projections and RoPE. h [N, T, hidden] -> q [N, Hq, T, D], k and v [N, Hkv, T, D]."""
+    q, k, v = project_qkv(layer.self_attn, layer.input_layernorm(h), w_qkv)
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    return q, k, v
+
+
+def post_attention(layer, h, o, w_gate_up=None):
+    """o_proj of the attention output o [N, Hq, T, D], residual, MLP (gate/up as one GEMM if fused)."""
+    N, _, T, _ = o.shape
+    h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(N, T, -1))
+    x = layer.post_attention_layernorm(h)
+    if w_gate_up is None:
+        return h + layer.mlp(x)
+    gate, up = F.linear(x, w_gate_up).chunk(2, -1)
+    return h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+
+
+_COMPILED = {}
+
+
+def compiled(fn, dynamic: bool):
+    """One torch.compile wrapper per function per process, so engines built later reuse its graphs.
+    Layers share them too: their parameters are graph inputs, not constants."""
+    if fn not in _COMPILED:
+        # one decode-attention graph per batch bucket (up to 20 for max_batch 256)
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
+        _COMPILED[fn] = torch.compile(fn, dynamic=dynamic)
+    return _COMPILED[fn]
+
+
+def prefill_block_mask(doc_start: torch.Tensor, q_block: int, kv_block: int, mask_mod, device) -> BlockMask:
+    """Block lists of the packed document-causal mask, built from doc_start [Tp] (non-decreasing).
+
+    q block i sees kv blocks from its first row's document start to its last row: one contiguous
+    range, all left as partial blocks (mask_mod is evaluated on each). Cheap, where
+    create_block_mask would evaluate the mask over all Tp x Tp pairs.
+    """
+    Tp = doc_start.numel()
+    assert Tp % q_block == 0
+    nq, nkv = Tp // q_block, -(-Tp // kv_block)
+    first = torch.arange(nq) * q_block  # [nq]
+    lo = doc_start[first] // kv_block
+    hi = (first + q_block - 1) // kv_block
+    num = (hi - lo + 1).to(torch.int32).view(1, 1, nq)
+    idx = (lo[:, None] + torch.arange(nkv)[None]).clamp(max=nkv - 1).to(torch.int32).view(1, 1, nq, nkv)
+    return BlockMask.from_kv_blocks(num.to(device), idx.to(device), BLOCK_SIZE=(q_block, kv_block),
+                                    mask_mod=mask_mod, seq_lengths=(Tp, Tp), compute_q_blocks=False)
+
+
+class ModelRunner:
+    def __init__(self, model, cfg: EngineConfig, fuse: bool = False):
+        """fuse: re-lay q/k/v and gate/up weights as fused tensors (fused.py); the caller decides,
+        since it rebinds the model's parameters."""
+        self.cfg = cfg
+        lm = causal_lm(model)
+        self.lm, self.layers = lm, lm.model.layers
+        self.fused = fused.fuse_layers(self.layers) if fuse else [(None, None)] * len(self.layers)
+        self.project_qkv = models.project_qkv(lm.config.model_type)
+        emb = lm.model.embed_tokens.weight
+        self.device, self.dtype = emb.device, emb.dtype
+        self.vocab = lm.lm_head.weight.shape[0]
+        attn = self.layers[0].self_attn
+        self.scale = attn.scaling
+        n_kv, head_dim = lm.config.num_key_value_heads, attn.head_dim
+        P = self.P = cfg.page_size
+        num_pages = cfg.pages(KVCache.bytes_per_page(len(self.layers), n_kv, head_dim, P, self.dtype))
+        self.pages = PageTable(num_pages, P, cfg.max_batch, cfg.max_pages_per_seq, self.device)
+        self.kv = KVCache(len(self.layers), n_kv, head_dim, num_pages, P, self.dtype, self.device)
+        self.kv_len = num_pages * P
+        on_cuda = self.device.type == "cuda"
+        self.graphs_on = cfg.cuda_graphs and on_cuda
+        compile_on = on_cuda if cfg.compile is None else cfg.compile
+        # The KV write stays outside the compiled code: an in-place update of a slice of the pool
+        # inside a graph risks a functionalised copy of the whole pool.
+        self.pre = compiled(pre_attention, True) if compile_on else pre_attention
+        self.post = compiled(post_attention, True) if compile_on else post_attention
+        self.attn_decode = compiled(decode_attention, False) if compile_on else dense_attention
+        self.attn_prefill = compiled(prefill_attention, True) if compile_on else dense_attention
+        # A batch of 1 would make torch.compile specialise a second set of graphs (sizes 0 and 1
+        # are special to it): compiled, bucket 1 runs as bucket 2 with one padding row.
+        self.buckets = tuple(b for b in cfg.buckets if not (compile_on and b == 1 and cfg.max_batch > 1))
+        self.decode_opts = (dict(cfg.decode_kernel_options) or None) if on_cuda else None
+        opts, self.q_block = fa4.prefill_options(cfg.fa4_prefill, self.device, cfg.prefill_kernel_options)
+        self.prefill_opts = (opts or None) if on_cuda else None
+
+        with torch.no_grad():
+            # RoPE tables from the model's own rotary module: cos/sin of position p are an outer
+            # product, so gathering rows of the table gives HF's values bit for bit.
+            pos = torch.arange(cfg.max_seq_len, device=self.device)[None]  # [1, S]
+            cos, sin = lm.model.rotary_emb(emb[:1][None], pos)  # [1, S, D]
+            self.cos, self.sin = cos[0], sin[0]
+
+        # Static decode buffers: graphs read and write these addresses on every replay.
+        B, dev = cfg.max_batch, self.device
+        self.ints = torch.zeros(5, B, dtype=torch.long, device=dev)  # ids, pos, slot, top_k, seed
+        self.floats = torch.zeros(3, B, dtype=torch.float32, device=dev)  # temperature, top_p, min_p
+        self.ids, self.pos, self.slot, self.top_k, self.seed = self.ints.unbind(0)
+        self.temp, self.top_p, self.min_p = self.floats.unbind(0)
+        self.out_tok = torch.zeros(B, cfg.decode_chunk, dtype=torch.long, device=dev)  # [B, chunk]
+        self.out_lp = torch.zeros(B, cfg.decode_chunk, dtype=torch.float32, device=dev)
+        self.step_i = torch.zeros(1, dtype=torch.long, device=dev)
+        self.ones = torch.ones(B, 1, 1, dtype=torch.int32, device=dev)
+        self._decode_mask = self._make_decode_mask()
+        n_prefill = max(cfg.max_prefill_tokens, cfg.max_seq_len)
+        self.doc_start = torch.zeros(-(-n_prefill // self.q_block) * self.q_block, dtype=torch.long, device=dev)
+        self._prefill_mask = self._make_prefill_mask()
+        self.graphs: dict[tuple[int, str], torch.cuda.CUDAGraph] = {}
+        self.pool = None
+
+    # the masks close over fixed buffers, so compiled code sees one mask_mod function, never a new one
+    def _make_decode_mask(self):
+        slot, pos, logical, P = self.slot, self.pos, self.pages.logical_dev, self.P
+
+        def decode_mask(b, h, q_idx, kv_idx):
+            page = logical[slot[b], kv_idx // P]  # logical page of this physical page in row b's sequence
+            return (page >= 0) & (page * P + kv_idx % P <= pos[b])
+
+        return decode_mask
+
+    def _make_prefill_mask(self):
+        doc_start = self.doc_start
+
+        # document-causal through a per-query lookup only (no docs[kv_idx]), the form FA4 runs fast
+        def prefill_mask(b, h, q_idx, kv_idx):
+            return (kv_idx <= q_idx) & (kv_idx >= doc_start[q_idx])
+
+        return prefill_mask
+
+    # prefill
+    @torch.no_grad()
+    def prefill(self, docs: list[tuple[list[int], int]]) -> torch.Tensor:
+        """docs: (tokens, slot) with pages already reserved -> logits at each last token [n, V] float32."""
+        lens = [len(t) for t, _ in docs]
+        total = sum(lens)
+        Tp = -(-total // self.q_block) * self.q_block
+        assert Tp <= self.doc_start.numel(), (Tp, self.doc_start.numel())
+        ids = torch.zeros(Tp, dtype=torch.long)  # [Tp]; tail = padding tokens
+        pos = torch.zeros(Tp, dtype=torch.long)
+        addr = torch.zeros(Tp, dtype=torch.long)  # padding tokens write page 0
+        doc_start = torch.arange(Tp)  # a padding token is its own document
+        last, start = [], 0
+        for (tokens, slot), n in zip(docs, lens):
+            p = torch.arange(n)
+            ids[start:start + n] = torch.tensor(tokens)
+            pos[start:start + n] = p
+            pages = self.pages.table[slot, p // self.P].long()
+            addr[start:start + n] = pages * self.P + p % self.P
+            doc_start[start:start + n] = start
+            start += n
+            last.append(start - 1)
+        assert int(addr[:total].min()) >= self.P, "prefill token without a reserved page"
+        dev = self.device
+        ids, pos, addr = ids.to(dev), pos.to(dev), addr.to(dev)
+        self.doc_start[:Tp].copy_(doc_start)
+        mask = prefill_block_mask(doc_start, self.q_block, 128, self._prefill_mask, dev)
+        cos, sin = self.cos[pos][None], self.sin[pos][None]  # [1, Tp, D]
+        h = self.lm.model.embed_tokens(ids[None])  # [1, Tp, hidden]
+        for layer, (k_cache, v_cache), (w_qkv, w_gu) in zip(self.layers, self.kv.layers, self.fused):
+            q, k, v = self.pre(layer, h, cos, sin, self.project_qkv, w_qkv)  # [1, H, Tp, D]
+            k_cache.index_copy_(2, addr, k)
+            v_cache.index_copy_(2, addr, v)
+            # a fresh prefill attends to its own K/V; the pages are only written
+            o = self.attn_prefill(q, k, v, mask, self.scale, self.prefill_opts)
+            h = self.post(layer, h, o, w_gu)
+        h = h[0, torch.tensor(last, device=dev)]  # [n, hidden]
+        return self.lm.lm_head(self.lm.model.norm(h)).float()
+
+    # decode
+    def _decode_inputs(self, b: int) -> tuple[BlockMask, torch.Tensor]:
+        """The physical BlockMask and KV write addresses [b] of the first b rows."""
+        pos, slot = self.pos[:b], self.slot[:b]
+        table = self.pages.table_dev[slot]  # [b, W] logical -> physical page
+        blk = pos // self.P  # [b] logical page being written
+        last = table.gather(1, blk[:, None])  # [b, 1]
+        W = table.shape[1]
+        # Full blocks: the pages before the current one (no mask_mod evaluated); partial block: the
+        # current page. Both index tensors share one shape, as the decode kernel assumes.
+        mask = BlockMask.from_kv_blocks(
+            self.ones[:b], last.expand(b, W).contiguous().view(b, 1, 1, W),
+            blk.to(torch.int32).view(b, 1, 1), table.view(b, 1, 1, W),
+            BLOCK_SIZE=self.P, mask_mod=self._decode_mask, seq_lengths=(1, self.kv_len), compute_q_blocks=False)
+        return mask, last[:, 0].long() * self.P + pos % self.P
+
+    def _decode(self, b: int, how: str) -> None:
+        """One decode step over the first b rows of the static buffers (the body of a CUDA graph)."""
+        ids, pos = self.ids[:b], self.pos[:b]
+        mask, addr = self._decode_inputs(b)
+        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]  # [b, 1, D]
+        h = self.lm.model.embed_tokens(ids[:, None])  # [b, 1, hidden]
+        for layer, (k_cache, v_cache), (w_qkv, w_gu) in zip(self.layers, self.kv.layers, self.fused):
+            q, k, v = self.pre(layer, h, cos, sin, self.project_qkv, w_qkv)  # [b, H, 1, D]
+            k_cache.index_copy_(2, addr, k.transpose(0, 2))  # rows become the token axis: [1, Hkv, b, D]
+            v_cache.index_copy_(2, addr, v.transpose(0, 2))
+            o = self.attn_decode(q, k_cache, v_cache, mask, self.scale, self.decode_opts)
+            h = self.post(layer, h, o, w_gu)
+        logits = self.lm.lm_head(self.lm.model.norm(h[:, 0])).float()  # [b, V]
+        params = sampler.Params(self.temp[:b], self.top_k[:b], self.top_p[:b], self.min_p[:b], self.seed[:b])
+        tok, lp = sampler.sample(logits, params, pos + 1, how, self.cfg.sampler_topk_cap)
+        col = self.step_i.expand(b, 1)
+        self.out_tok[:b].scatter_(1, col, tok[:, None])
+        self.out_lp[:b].scatter_(1, col, lp[:, None])
+        ids.copy_(tok)
+        pos.add_(1)
+        self.step_i.add_(1)
+
+    def _set_rows(self, seqs: list[Sequence], bucket: int) -> None:
+        """Write the rows' state; rows past len(seqs) become padding (slot 0, page 0, greedy)."""
+        ints = torch.zeros(5, bucket, dtype=torch.long)
+        floats = torch.zeros(3, bucket, dtype=torch.float32)
+        floats[1] = 1.0
+        for i, s in enumerate(seqs):
+            ints[:, i] = torch.tensor([s.last_token, s.num_tokens - 1, s.slot, s.top_k, s.seed])
+            floats[:, i] = torch.tensor([s.temperature, s.top_p, s.min_p])
+        self.ints[:, :bucket].copy_(ints)
+        self.floats[:, :bucket].copy_(floats)
+        self.step_i.zero_()
+
+    @torch.no_grad()
+    def decode(self, seqs: list[Sequence], steps: int) -> tuple[list[list[int]], list[list[float]]]:
+        """`steps` decode steps for `seqs` (pages reserved, table synced) -> tokens, logprobs per row."""
+        assert 1 <= steps <= self.cfg.decode_chunk and seqs
+        bucket = next(b for b in self.buckets if b >= len(seqs))
+        how = sampler.mode([(s.temperature, s.top_k) for s in seqs], self.cfg.sampler_topk_cap, self.vocab)
+        if self.graphs_on and (bucket, how) not in self.graphs:
+            self.capture([bucket], how)
+        self._set_rows(seqs, bucket)
+        for _ in range(steps):
+            if self.graphs_on:
+                self.graphs[(bucket, how)].replay()
+            else:
+                self._decode(bucket, how)
+        n = len(seqs)
+        tok = self.out_tok[:n, :steps].cpu()  # the one host sync of the chunk
+        lp = self.out_lp[:n, :steps].cpu()
+        return tok.tolist(), lp.tolist()
+
+    @torch.no_grad()
+    def capture(self, buckets, how: str) -> None:
+        """Capture the decode step of each bucket (largest first, so smaller ones reuse its memory)."""
+        assert self.graphs_on
+        for b in sorted(buckets, reverse=True):
+            self._set_rows([], b)  # padding rows: warm-up and capture write only page 0
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # compile + autotune outside the capture
+                    self._decode(b, how)
+            torch.cuda.current_stream().wait_stream(stream)
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            self._set_rows([], b)
+            with torch.cuda.graph(graph, pool=self.pool):
+                self._decode(b, how)
+            self.graphs[(b, how)] = graph
+        torch.cuda.synchronize()

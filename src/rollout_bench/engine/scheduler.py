@@ -1,0 +1,106 @@
+"""Continuous batching: admit waiting groups while slots and pages allow; preempt the newest when
+the running sequences' next decode chunk needs pages that are not there (it is recomputed later).
+
+A group is the n completions of one prompt: admitted together, prefilled once, pages shared.
+"""
+from collections import deque
+
+from .config import EngineConfig
+from .page_table import PageTable
+from .sequence import Sequence
+
+
+class Scheduler:
+    def __init__(self, cfg: EngineConfig, pages: PageTable):
+        self.cfg, self.pages = cfg, pages
+        self.waiting: deque[list[Sequence]] = deque()
+        self.running: list[Sequence] = []
+        self.copies: list[tuple[int, int]] = []  # (src, dst) partial pages to copy after the prefill
+        self.admissions = 0
+        self.preemptions = 0
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, group: list[Sequence]) -> None:
+        assert 1 <= len(group) <= self.cfg.max_batch, "a group must fit in the batch"
+        self.waiting.append(group)
+
+    def _group_pages(self, group: list[Sequence]) -> tuple[int, int]:
+        """(pages taken at admission, pages for the first decode chunk) of a group: its prompt once,
+        a private copy of the partial last page per extra member, then every member's growth."""
+        P, L = self.cfg.page_size, group[0].num_tokens
+        prompt = -(-L // P)
+        chunk = min(self.cfg.decode_chunk, group[0].remaining)
+        grow = -(-(L + chunk) // P) - prompt
+        return prompt + (len(group) - 1) * (L % P > 0), len(group) * grow
+
+    def _growth(self) -> int:
+        """Pages the running sequences need for their next full chunk."""
+        chunk = self.cfg.decode_chunk
+        return sum(self.pages.pages_needed(s.num_tokens - 1 + min(chunk, s.remaining), s.slot)
+                   for s in self.running)
+
+    def admit(self) -> list[list[Sequence]]:
+        """Take waiting groups into the batch; reserve their prompt pages and share them in-group."""
+        admitted, budget = [], self.cfg.max_prefill_tokens
+        demand = self._growth()
+        while self.waiting:
+            group = self.waiting[0]
+            L = group[0].num_tokens
+            now, grow = self._group_pages(group)
+            need = now + grow
+            if admitted and L > budget:
+                break
+            if len(group) > self.pages.slots_free or need + demand > self.pages.pages_free:
+                if not self.running and not admitted:
+                    raise RuntimeError(
+                        f"KV pool too small: a group of {len(group)} x {L} tokens needs {need} pages, "
+                        f"{self.pages.pages_free} free; raise num_pages / kv_memory_gb")
+                break
+            self.waiting.popleft()
+            leader = group[0]
+            for seq in group:
+                seq.slot = self.pages.alloc_slot()
+                seq.admitted = self.admissions
+                self.admissions += 1
+            assert self.pages.grow(leader.slot, L)
+            for seq in group[1:]:
+                copy = self.pages.share(leader.slot, seq.slot, L)
+                if copy:
+                    self.copies.append(copy)
+            demand += grow
+            budget -= L
+            admitted.append(group)
+            self.running.extend(group)
+        return admitted
+
+    def reserve(self, chunk: int) -> list[Sequence]:
+        """Give every running sequence pages for `chunk` more steps, preempting the newest as needed."""
+        preempted = []
+        for seq in sorted(self.running, key=lambda s: s.admitted):
+            if seq.slot == 0:  # preempted in this loop
+                continue
+            while not self.pages.grow(seq.slot, seq.num_tokens - 1 + chunk):
+                victim = max(self.running, key=lambda s: s.admitted)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+        return preempted
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Drop its KV; it goes back to the head of the queue and is recomputed from its tokens."""
+        self.pages.free_slot(seq.slot)
+        seq.slot = 0
+        self.running.remove(seq)
+        self.waiting.appendleft([seq])
+        self.preemptions += 1
+
+    def finish(self, seqs: list[Sequence]) -> None:
+        for seq in seqs:
+            assert seq.finished
+            self.pages.free_slot(seq.slot)
+            seq.slot = 0
+            self.running.remove(seq)

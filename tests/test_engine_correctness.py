@@ -1,0 +1,135 @@
+"""Flex engine vs HF on tiny random Qwen3 and Llama (CPU, float32): greedy tokens identical with
+mixed prompt lengths across page boundaries, staggered arrivals, forced preemption, EOS, GRPO groups."""
+from collections import Counter
+
+import pytest
+import torch
+
+from rollout_bench.engine import Engine, EngineConfig, random_model
+from rollout_bench.engine.sampler import request_seed
+from rollout_bench.workload import Sampling
+
+PAGE = 16
+MAX_NEW = 24
+GREEDY = Sampling()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # tiny matmuls: one thread is faster, and steadier when other tests share the cores
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def make_prompts(n, seed, lo=3, hi=3 * PAGE + 5, vocab=4096):
+    g = torch.Generator().manual_seed(seed)
+    lens = [PAGE - 1, PAGE, PAGE + 1, 2 * PAGE + 3] + torch.randint(lo, hi, (n - 4,), generator=g).tolist()
+    return [torch.randint(0, vocab, (n_,), generator=g).tolist() for n_ in lens]
+
+
+def hf_greedy(model, prompts, max_new=MAX_NEW):
+    with torch.no_grad():
+        return [model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                               max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False,
+                               pad_token_id=0)[0, len(p):].tolist() for p in prompts]
+
+
+def truncate(tokens, eos):
+    return tokens[:tokens.index(eos) + 1] if eos in tokens else tokens
+
+
+@pytest.fixture(scope="module", params=["qwen3-tiny", "llama-tiny"])
+def case(request):
+    model = random_model.build(request.param, seed=0, tie_word_embeddings=False)
+    prompts = make_prompts(18, seed=1)
+    return request.param, model, prompts, hf_greedy(model, prompts)
+
+
+def small_engine(model, **kw):
+    base = {"max_batch": 6, "max_seq_len": 4 * PAGE + MAX_NEW, "page_size": PAGE, "max_prefill_tokens": 4 * PAGE,
+            "decode_chunk": 4, "num_pages": 14}
+    return Engine(model, EngineConfig(**{**base, **kw}))
+
+
+def test_first_token_logits(case):
+    name, model, prompts, _ = case
+    engine = small_engine(model, num_pages=64)
+    got = engine.prompt_logits(prompts)
+    with torch.no_grad():
+        ref = torch.stack([model(torch.tensor([p])).logits[0, -1] for p in prompts])
+    diff = (got - ref).abs().max().item()
+    print(f"{name}: first-token logits max-abs diff {diff:.3e}")
+    assert diff < 1e-4
+    assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
+def test_greedy_staggered_preempted_eos(case):
+    """Prompts arrive in three waves while others decode; a 13-page pool forces preemptions; an EOS
+    the model emits mid-completion stops some sequences early."""
+    name, model, prompts, ref = case
+    # the token most completions emit (not first): stops several of them part-way
+    eos = Counter(t for r in ref for t in set(r[1:-1])).most_common(1)[0][0]
+    engine = small_engine(model, fuse_projections=True)  # values unchanged: HF below still sees them
+    assert engine.runner.fused[0][0] is not None
+    seqs = engine.submit(prompts[:6], GREEDY, MAX_NEW, eos_token_id=eos)
+    for _ in range(2):
+        engine.step()
+    seqs += engine.submit(prompts[6:11], GREEDY, MAX_NEW, eos_token_id=eos, first_index=6)
+    engine.step()
+    seqs += engine.submit(prompts[11:], GREEDY, MAX_NEW, eos_token_id=eos, first_index=11)
+    while engine.scheduler.has_work:
+        engine.step()
+        engine.runner.pages.check()
+    assert engine.scheduler.preemptions > 0, "pool was meant to force preemption"
+    assert sum(eos in r for r in ref) >= 2
+    got = [s.completion().token_ids for s in seqs]
+    expected = [truncate(r, eos) for r in ref]
+    bad = [i for i, (g, e) in enumerate(zip(got, expected)) if g != e]
+    assert not bad, f"{name}: prompts {bad} differ, first: {got[bad[0]]} vs {expected[bad[0]]}"
+    assert engine.runner.pages.pages_free == engine.runner.pages.num_pages - 1  # everything released
+
+
+def test_greedy_logprobs_are_policy_logprobs(case):
+    _, model, prompts, ref = case
+    engine = small_engine(model, num_pages=64)
+    outs = engine.generate(prompts[:3], GREEDY, 8, ignore_eos=True)
+    for p, out in zip(prompts, outs):
+        assert out.token_ids == ref[prompts.index(p)][:8]
+        with torch.no_grad():
+            logits = model(torch.tensor([p + out.token_ids])).logits[0, len(p) - 1:-1]  # [8, V]
+        expect = torch.log_softmax(logits, -1).gather(1, torch.tensor(out.token_ids)[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(out.logprobs), expect, atol=1e-4, rtol=0)
+
+
+def test_group_shares_prompt_pages(case):
+    """n=3 greedy completions of each prompt: prefilled once, full pages shared, equal to HF."""
+    _, model, prompts, ref = case
+    engine = small_engine(model, max_batch=9, num_pages=40)
+    seqs = engine.submit(prompts[:5], GREEDY, MAX_NEW, n=3)
+    engine.step()
+    pages = engine.runner.pages
+    pages.check()
+    full = [p for g in range(3) for p in pages.pages[seqs[3 * g].slot][:len(prompts[g]) // PAGE]]
+    assert full and all(pages.refs[p] == 3 for p in full), "full prompt pages are shared by the group"
+    while engine.scheduler.has_work:
+        engine.step()
+    for i, s in enumerate(seqs):
+        assert s.completion().token_ids == ref[i // 3], f"completion {i}"
+
+
+def test_sampled_groups_reproducible_under_preemption(case):
+    """Per-request seeds: the same draws with a roomy pool and with a tiny one that preempts."""
+    _, model, prompts, _ = case
+    sampling = Sampling(temperature=0.9, top_p=0.95, top_k=40, min_p=0.02, seed=7)
+    roomy = small_engine(model, max_batch=12, num_pages=80).generate(prompts[:6], sampling, 16, n=2)
+    tight_engine = small_engine(model, max_batch=6, num_pages=10, decode_chunk=3)
+    tight = tight_engine.generate(prompts[:6], sampling, 16, n=2)
+    assert tight_engine.scheduler.preemptions > 0
+    assert [o.token_ids for o in roomy] == [o.token_ids for o in tight]
+    torch.testing.assert_close(torch.tensor([o.logprobs for o in roomy]),
+                               torch.tensor([o.logprobs for o in tight]), atol=1e-4, rtol=0)
+    assert any(roomy[2 * i].token_ids != roomy[2 * i + 1].token_ids for i in range(6)), \
+        "the two completions of a prompt should differ"
+    assert request_seed(7, 0) != request_seed(7, 1)

@@ -1,0 +1,152 @@
+"""Page table book-keeping, the scheduler's preemption, and the decode/prefill masks: the physical
+BlockMask's block lists agree with its mask_mod, and flex_attention agrees with the dense path."""
+import pytest
+import torch
+
+from rollout_bench.engine import EngineConfig, random_model
+from rollout_bench.engine.model_runner import (
+    ModelRunner,
+    decode_attention,
+    dense_attention,
+)
+from rollout_bench.engine.page_table import PageTable
+from rollout_bench.engine.scheduler import Scheduler
+from rollout_bench.engine.sequence import Sequence
+
+P = 16
+
+
+def seq(i, n_tokens, max_new=8):
+    return Sequence(id=i, tokens=list(range(1, n_tokens + 1)), prompt_len=n_tokens, max_new_tokens=max_new,
+                    temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, seed=i, eos_token_id=None)
+
+
+def test_page_table_share_copy_on_write_and_free():
+    pt = PageTable(num_pages=10, page_size=P, max_slots=4, max_pages_per_seq=4, device="cpu")
+    a, b, c = pt.alloc_slot(), pt.alloc_slot(), pt.alloc_slot()
+    assert pt.grow(a, 2 * P + 3)  # 3 pages
+    assert pt.share(a, b, 2 * P) is None  # page-aligned: nothing to copy
+    src, dst = pt.share(a, c, 2 * P + 3)  # partial last page copied
+    assert src == pt.pages[a][2] and dst not in pt.pages[a]
+    assert pt.pages[b] == pt.pages[a][:2] == pt.pages[c][:2]
+    assert [pt.refs[p] for p in pt.pages[a]] == [3, 3, 1]
+    pt.check()
+    assert not pt.grow(b, 11 * P)  # more than the pool: refused, nothing changed
+    pt.check()
+    pt.free_slot(a)
+    assert [pt.refs[p] for p in pt.pages[b]] == [2, 2]
+    pt.free_slot(b), pt.free_slot(c)
+    pt.check()
+    assert pt.pages_free == 9 and pt.slots_free == 4
+    pt.sync()
+    assert torch.equal(pt.table_dev, pt.table) and torch.equal(pt.logical_dev, pt.logical)
+
+
+def test_scheduler_preempts_newest_and_requeues_it():
+    cfg = EngineConfig(max_batch=3, max_seq_len=64, page_size=P, decode_chunk=4, num_pages=7)
+    pt = PageTable(7, P, 3, cfg.max_pages_per_seq, "cpu")
+    sched = Scheduler(cfg, pt)
+    seqs = [seq(i, P - 2, max_new=40) for i in range(3)]
+    for s in seqs:
+        sched.add([s])
+    admitted = sched.admit()
+    assert [g[0].id for g in admitted] == [0, 1, 2]  # 3 x (1 prompt page + 1 growth page) <= 6
+    for s in seqs:
+        s.append(7, 0.0)
+    for _ in range(2 * P // 4):  # grow until pages run out
+        preempted = sched.reserve(4)
+        for s in sched.running:
+            for _ in range(4):
+                s.append(7, 0.0)
+        if preempted:
+            break
+    assert preempted and preempted[0] is seqs[2], "the newest admission goes first"
+    assert sched.waiting[0] == [seqs[2]] and seqs[2].slot == 0
+    pt.check()
+
+
+@pytest.fixture(scope="module")
+def runner():
+    model = random_model.build("qwen3-tiny", seed=0)
+    return ModelRunner(model, EngineConfig(max_batch=4, max_seq_len=4 * P, page_size=P, num_pages=12))
+
+
+def test_decode_block_mask_consistent_with_mask_mod(runner):
+    pt = runner.pages
+    slots = [pt.alloc_slot() for _ in range(3)]
+    lengths = [5, 2 * P + 1, 3 * P]  # last one starts a fresh page
+    pt.grow(slots[0], lengths[0])
+    pt.grow(slots[1], lengths[1])
+    pt.share(slots[1], slots[2], 2 * P)
+    pt.grow(slots[2], lengths[2])
+    pt.sync()
+    seqs = [seq(i, n) for i, n in enumerate(lengths)]
+    for s, slot in zip(seqs, slots):
+        s.slot = slot
+    runner._set_rows(seqs, 4)  # row 3 is padding
+    mask, addr = runner._decode_inputs(4)
+    dense = mask.mask_mod(torch.arange(4)[:, None], 0, 0, torch.arange(runner.kv_len)[None, :])  # [4, KV]
+    for row in range(4):
+        pos = seqs[row].num_tokens - 1 if row < 3 else 0
+        on = dense[row].view(-1, P)  # [pages, P]
+        n_full = int(mask.full_kv_num_blocks[row, 0, 0])
+        full = mask.full_kv_indices[row, 0, 0, :n_full].tolist()
+        partial = int(mask.kv_indices[row, 0, 0, 0])
+        assert set(on.any(1).nonzero()[:, 0].tolist()) <= set(full) | {partial}
+        assert all(on[p].all() for p in full), "a full block must be wholly unmasked"
+        assert on[partial].nonzero()[:, 0].tolist() == list(range(pos % P + 1))
+        assert int(dense[row].sum()) == pos + 1
+        assert int(addr[row]) == partial * P + pos % P
+    for s in slots:
+        pt.free_slot(s)
+    pt.check()
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_attention_agrees_with_dense_path(runner):
+    """Eager flex_attention (slow on CPU, so only here) on the decode and the prefill masks."""
+    pt = runner.pages
+    slots = [pt.alloc_slot() for _ in range(2)]
+    pt.grow(slots[0], 20), pt.grow(slots[1], 40)
+    pt.sync()
+    seqs = [seq(0, 20), seq(1, 40)]
+    seqs[0].slot, seqs[1].slot = slots
+    runner._set_rows(seqs, 2)
+    mask, _ = runner._decode_inputs(2)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 1, 16, generator=g)
+    k, v = (torch.randn(1, 2, runner.kv_len, 16, generator=g) for _ in range(2))
+    torch.testing.assert_close(decode_attention(q, k, v, mask, 0.25, None), dense_attention(q, k, v, mask, 0.25))
+    for s in slots:
+        pt.free_slot(s)
+    # prefill: documents of 5, 20 and 3 tokens packed into one 128-token row
+    starts = torch.tensor([0] * 5 + [5] * 20 + [25] * 3)
+    runner.doc_start[:128] = torch.arange(128)
+    runner.doc_start[:28] = starts
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    pmask = create_block_mask(runner._prefill_mask, 1, None, 128, 128, device="cpu", BLOCK_SIZE=(128, 128))
+    q = torch.randn(1, 4, 128, 16, generator=g)
+    k, v = (torch.randn(1, 2, 128, 16, generator=g) for _ in range(2))
+    torch.testing.assert_close(decode_attention(q, k, v, pmask, 0.25, None), dense_attention(q, k, v, pmask, 0.25))
+
+
+def test_prefill_block_mask_covers_document_causal_mask():
+    from rollout_bench.engine.model_runner import prefill_block_mask
+
+    doc_start = torch.arange(384)
+    bounds = [(0, 5), (5, 150), (150, 151), (151, 300)]  # 300..383 are padding tokens
+    for a, b in bounds:
+        doc_start[a:b] = a
+
+    def mask_mod(b, h, q, kv):
+        return (kv <= q) & (kv >= doc_start[q])
+
+    bm = prefill_block_mask(doc_start, 128, 64, mask_mod, "cpu")
+    dense = mask_mod(0, 0, torch.arange(384)[:, None], torch.arange(384)[None, :])  # [Q, KV]
+    listed = torch.zeros(3, 6, dtype=torch.bool)
+    for i in range(3):
+        listed[i, bm.kv_indices[0, 0, i, :int(bm.kv_num_blocks[0, 0, i])].long()] = True
+    needed = dense.view(3, 128, 6, 64).any(3).any(1)  # [q blocks, kv blocks]
+    assert not (needed & ~listed).any(), "a needed block is missing"
+    assert dense.sum(1).min() >= 1  # every row, padding included, sees at least itself

@@ -1,0 +1,107 @@
+"""The device sampler: greedy, top-k / top-p / min-p masks, exact draws, per-request seeds, logprobs."""
+import math
+
+import pytest
+import torch
+
+from rollout_bench.engine import sampler
+from rollout_bench.engine.sampler import Params, request_seed, sample
+
+PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05])
+
+
+def params(B, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seeds=None):
+    return Params(torch.full((B,), temperature), torch.full((B,), top_k, dtype=torch.long),
+                  torch.full((B,), top_p), torch.full((B,), min_p),
+                  torch.tensor(seeds if seeds is not None else [request_seed(3407, i) for i in range(B)]))
+
+
+def draws(logits_row, n, how="full", cap=64, **kw):
+    """n independent draws (distinct request seeds) from one logits row."""
+    logits = logits_row.expand(n, -1).clone()
+    tok, lp = sample(logits, params(n, **kw), torch.zeros(n, dtype=torch.long), how, cap)
+    return tok, lp
+
+
+def test_greedy_and_logprob():
+    logits = torch.randn(5, 100)
+    tok, lp = sample(logits, params(5, temperature=0.0), torch.zeros(5, dtype=torch.long), "greedy", 64)
+    assert torch.equal(tok, logits.argmax(-1))
+    torch.testing.assert_close(lp, torch.log_softmax(logits, -1).gather(1, tok[:, None])[:, 0])
+
+
+def test_mode_choice():
+    assert sampler.mode([(0.0, 0), (0.0, 5)], 64, 1000) == "greedy"
+    assert sampler.mode([(0.1, 5), (1.0, 64)], 64, 1000) == "topk"
+    assert sampler.mode([(0.1, 5), (1.0, 0)], 64, 1000) == "full"
+    assert sampler.mode([(0.1, 5)], 64, 32) == "full"  # cap not below the vocabulary
+
+
+@pytest.mark.parametrize("kw, allowed", [
+    ({"top_k": 2}, {0, 1}),
+    ({"top_p": 0.7}, {0, 1}),  # mass before token 2 is 0.8 >= 0.7
+    ({"top_p": 0.85}, {0, 1, 2}),
+    ({"min_p": 0.5}, {0, 1}),  # keep p >= 0.25
+    ({"min_p": 0.2}, {0, 1, 2}),
+    ({"top_k": 3, "top_p": 0.5, "min_p": 0.0}, {0}),  # top-p renormalised over the top-3: 0.5/0.95 >= 0.5 -> stop
+])
+def test_filters(kw, allowed):
+    tok, _ = draws(PROBS.log(), 2000, **kw)
+    assert set(tok.tolist()) == allowed
+
+
+def test_draws_follow_filtered_softmax():
+    """Empirical frequencies of 20k draws within 5 sigma of the renormalised kept probabilities."""
+    n, T = 20000, 0.7
+    logits = PROBS.log()
+    tok, lp = draws(logits, n, temperature=T, top_k=3)
+    p = torch.softmax(logits / T, -1)[:3]
+    p = p / p.sum()
+    freq = torch.bincount(tok, minlength=4)[:3].double() / n
+    sigma = (p.double() * (1 - p.double()) / n).sqrt()
+    assert ((freq - p.double()).abs() < 5 * sigma).all(), (freq, p)
+    # the logprob is the policy's log_softmax(logits / T), not the truncated distribution's
+    torch.testing.assert_close(lp, torch.log_softmax(logits / T, -1)[tok])
+
+
+def test_topk_path_equals_full_sort():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 500, generator=g) * 3
+    kw = {"temperature": 0.8, "top_k": 20, "top_p": 0.9, "min_p": 0.05}
+    pos = torch.arange(64)
+    a = sample(logits, params(64, **kw), pos, "topk", 32)
+    b = sample(logits, params(64, **kw), pos, "full", 32)
+    assert torch.equal(a[0], b[0])
+    torch.testing.assert_close(a[1], b[1])
+
+
+def test_per_request_seed_reproducible_and_independent_of_batch():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(8, 300, generator=g)
+    pos = torch.arange(8) + 10
+    seeds = [request_seed(11, i) for i in range(8)]
+    tok, _ = sample(logits, params(8, seeds=seeds), pos, "full", 64)
+    perm = torch.tensor([5, 2, 7, 0, 1, 6, 3, 4])
+    tok_perm, _ = sample(logits[perm], params(8, seeds=[seeds[i] for i in perm]), pos[perm], "full", 64)
+    assert torch.equal(tok_perm, tok[perm])
+    one, _ = sample(logits[3:4], params(1, seeds=seeds[3:4]), pos[3:4], "full", 64)
+    assert one.item() == tok[3].item()
+    other, _ = sample(logits, params(8, seeds=[request_seed(12, i) for i in range(8)]), pos, "full", 64)
+    assert not torch.equal(other, tok)
+
+
+def test_uniforms_in_open_interval_and_hash_matches_python():
+    u = sampler.uniform(torch.tensor([0, 2**32 - 1]), torch.tensor([0, 2**20]), torch.arange(4096).expand(2, -1))
+    assert u.min() > 0 and u.max() < 1
+    assert abs(u.mean().item() - 0.5) < 0.02
+    x = torch.tensor([0, 1, 12345, 2**32 - 1])
+    assert sampler._mix32(x).tolist() == [sampler._mix32(int(v)) for v in x]
+
+
+def test_greedy_rows_inside_a_sampled_batch():
+    logits = torch.randn(4, 50)
+    p = params(4, temperature=1.0)
+    p.temperature[1] = 0.0
+    tok, lp = sample(logits, p, torch.zeros(4, dtype=torch.long), "full", 64)
+    assert tok[1] == logits[1].argmax()
+    assert math.isclose(lp[1].item(), torch.log_softmax(logits[1], -1).max().item(), abs_tol=1e-5)

@@ -1,0 +1,81 @@
+"""The flex backend in the pipeline: variants, output equal to hf_generate, the correctness gate."""
+import pytest
+import torch
+
+from rollout_bench.backends import flex, hf_generate
+from rollout_bench.engine import random_model
+from rollout_bench.workload import GenSpec, Sampling
+
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [100, 200, 300, 400, 500, 600, 700], [42] * 11, list(range(300, 340))]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    from peft import LoraConfig, get_peft_model
+
+    d = tmp_path_factory.mktemp("flex")
+    random_model.build("qwen3-tiny", seed=0, tie_word_embeddings=False).save_pretrained(d / "model")
+    base = random_model.build("qwen3-tiny", seed=0, tie_word_embeddings=False)
+    torch.manual_seed(1)
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    get_peft_model(base, cfg).save_pretrained(d / "lora")
+    return str(d / "model"), str(d / "lora")
+
+
+def spec(model_dir, variant="eager", **kw):
+    base = {"model_dir": model_dir, "adapter_dir": None, "variant": variant, "batch_size": 3, "max_new_tokens": 10,
+            "sampling": Sampling(), "ignore_eos": True, "eos_token_id": 1, "pad_token_id": 0,
+            "max_prompt_tokens": max(map(len, PROMPTS)), "options": {"page_size": 16}}
+    return GenSpec(**{**base, **kw})
+
+
+def test_variants_and_availability():
+    assert flex.VARIANTS == ("graphs", "eager", "peft_unmerged")
+    assert "CUDA GPU" in flex.unavailable("graphs", 0)
+    assert flex.unavailable("graphs", 1) is None and flex.unavailable("eager", 0) is None
+    assert flex.unavailable("peft_unmerged", 0) is None
+
+
+@pytest.mark.parametrize("variant, lora", [("eager", False), ("eager", True), ("peft_unmerged", True)])
+def test_matches_hf_generate(dirs, variant, lora):
+    model_dir, lora_dir = dirs
+    s = spec(model_dir, variant, adapter_dir=lora_dir if lora else None)
+    ref = hf_generate.load(s).generate(PROMPTS, 2)
+    gen = flex.load(s)
+    assert gen.generate(PROMPTS, 2) == ref
+    mem = gen.memory()
+    assert mem["reserved"] > 0
+    gen.close()
+
+
+def test_options_override_engine_config(dirs):
+    s = spec(dirs[0], options={"page_size": 32, "decode_chunk": 2, "num_pages": 9})
+    cfg = flex.engine_config(s)
+    assert (cfg.page_size, cfg.decode_chunk, cfg.num_pages, cfg.max_batch) == (32, 2, 9, 3)
+    assert cfg.max_seq_len == s.max_seq_len and not cfg.cuda_graphs
+    with pytest.raises(AssertionError, match="unknown flex engine options"):
+        flex.engine_config(spec(dirs[0], options={"pagesize": 32}))
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_gate_passes(dirs, lora):
+    res = flex.gate(spec(dirs[0], adapter_dir=dirs[1] if lora else None))
+    print(f"gate lora={lora}: max_abs_logit_diff={res['max_abs_logit_diff']:.2e} "
+          f"exact={res['greedy_exact']}/{res['greedy_tokens']}")
+    assert res["passed"] and res["max_abs_logit_diff"] < 1e-4
+    assert res["greedy_exact"] == res["greedy_tokens"]
+
+
+def test_gate_fails_on_wrong_weights(dirs, monkeypatch):
+    """A reference with other weights must fail the gate (the gate can say no)."""
+    other = random_model.build("qwen3-tiny", seed=5, tie_word_embeddings=False)
+    monkeypatch.setattr(hf_generate, "load_model", lambda spec, **kw: other)
+    assert not flex.gate(spec(dirs[0]))["passed"]
