@@ -42,8 +42,8 @@ HARNESS.append("workflow/schemas/stats.schema.json")
 def backend_sources(wc):
     """Editing a backend's code reruns that backend's jobs only (DESIGN.md section 2)."""
     files = [f"{SRC}/backends/{wc.backend}.py"]
-    if wc.backend in ("hf_static", "transformers_cb", "cb_sync"):
-        files.append(f"{SRC}/backends/hf_generate.py")  # they share its loader and kwargs
+    if wc.backend in ("hf_generate", "hf_static", "transformers_cb", "cb_sync", "unsloth", "flex"):
+        files.append(f"{SRC}/backends/hf_model.py")  # the shared HF loader / generate driver
     if wc.backend == "flex":
         files += sorted(str(p) for p in Path(SRC, "engine").rglob("*.py"))
     return files + HARNESS

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rollout_bench import MODEL_CONFIGS
-from rollout_bench.backends import cb_sync, hf_generate, hf_static, transformers_cb
+from rollout_bench.backends import cb_sync, hf_generate, hf_model, hf_static, transformers_cb
 from rollout_bench.workload import GenSpec, Sampling
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [100, 200, 300, 400, 500, 600, 700], [42] * 11, [3, 1, 4, 1, 5, 9, 2, 6]]
@@ -133,7 +133,7 @@ def test_transformers_cb_sampling_honoured(model_dir):
     finally:
         gen.close()
     assert a == b and all(len(o) == MAX_NEW for o in a)
-    model = hf_generate.load_model(make_spec(model_dir))
+    model = hf_model.load_model(make_spec(model_dir))
     greedy_everywhere = True
     for prompt, out in zip(PROMPTS, a):
         seq = torch.tensor([prompt + out])
@@ -151,7 +151,7 @@ def test_generate_batch_inside_inference_mode_kills_worker(model_dir):
     reaches the caller: requests come back FAILED, or are dropped if the worker died before they were queued.
     The backend switches inference_mode off around its call."""
     spec = make_spec(model_dir, "paged_sdpa")
-    model = hf_generate.load_model(spec, attn_implementation="paged|sdpa")
+    model = hf_model.load_model(spec, attn_implementation="paged|sdpa")
     with torch.inference_mode():
         results = model.generate_batch(PROMPTS[:2], generation_config=transformers_cb.cb_generation_config(spec),
                                        continuous_batching_config=transformers_cb.cb_config(spec),

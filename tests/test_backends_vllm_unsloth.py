@@ -15,7 +15,7 @@ import torch
 
 from rollout_bench import ROOT, backends, envinfo
 from rollout_bench import wheelhouse as wh
-from rollout_bench.backends import hf_generate
+from rollout_bench.backends import hf_generate, hf_model
 from rollout_bench.backends import unsloth as us
 from rollout_bench.backends import vllm as vb
 from rollout_bench.workload import SAMPLING_PRESETS, GenSpec, Sampling
@@ -311,7 +311,7 @@ def test_note_top_k_minus_one_still_breaks_transformers():
 
     with pytest.raises(ValueError, match="strictly positive"):
         TopKLogitsWarper(top_k=-1)
-    assert hf_generate.generation_kwargs(spec(sampling=Sampling(temperature=1.0)))["top_k"] is None
+    assert hf_model.generation_kwargs(spec(sampling=Sampling(temperature=1.0)))["top_k"] is None
     with pytest.raises(AssertionError):
         Sampling(temperature=1.0, top_k=-1)
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from rollout_bench.backends import flex, hf_generate
+from rollout_bench.backends import flex, hf_generate, hf_model
 from rollout_bench.engine import random_model
 from rollout_bench.workload import GenSpec, Sampling
 
@@ -77,5 +77,5 @@ def test_gate_passes(dirs, lora):
 def test_gate_fails_on_wrong_weights(dirs, monkeypatch):
     """A reference with other weights must fail the gate (the gate can say no)."""
     other = random_model.build("qwen3-tiny", seed=5, tie_word_embeddings=False)
-    monkeypatch.setattr(hf_generate, "load_model", lambda spec, **kw: other)
+    monkeypatch.setattr(hf_model, "load_model", lambda spec, **kw: other)
     assert not flex.gate(spec(dirs[0]))["passed"]

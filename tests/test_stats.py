@@ -61,3 +61,26 @@ def test_measure_counts_rounds_and_lengths():
     assert f["decode_tps"] == pytest.approx(12 / f["median_wall_s"], rel=1e-2)
     assert generation.check_lengths(r["outputs"], spec) is None
     assert "do not have max_new_tokens=3" in generation.check_lengths([[1, 2]], spec)
+
+
+def test_failed_gate_writes_failed_status_and_no_speed(tiny_assets, tmp_path, monkeypatch):
+    from rollout_bench.backends import flex
+
+    monkeypatch.setattr(flex, "gate", lambda spec: {"passed": False, "max_abs_logit_diff": 3.0})
+    wl = {**WL, "batch_size": 2, "n_prompts": 2, "warmup_prompts": 0, "rounds": 1, "prompt_tokens": [1, 4096],
+          "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
+    rec = generation.run_job(backend="flex", variant="eager", model="qwen3-tiny", case="greedy", workload=wl,
+                             model_dir=tiny_assets["model"], adapter_dir=None, dataset_dir=tiny_assets["dataset"],
+                             out=str(tmp_path / "f.json"))
+    assert rec["status"] == "failed" and "correctness gate failed" in rec["reason"]
+    assert "decode_tps" not in rec and stats.load(tmp_path / "f.json")["gate"]["passed"] is False
+
+
+def test_flex_job_records_passed_gate_and_engine_memory(tiny_assets, tmp_path):
+    wl = {**WL, "batch_size": 2, "n_prompts": 2, "warmup_prompts": 1, "rounds": 2, "prompt_tokens": [1, 4096],
+          "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
+    rec = generation.run_job(backend="flex", variant="eager", model="qwen3-tiny", case="greedy", workload=wl,
+                             model_dir=tiny_assets["model"], adapter_dir=None, dataset_dir=tiny_assets["dataset"],
+                             out=str(tmp_path / "ok.json"))
+    assert rec["status"] == "ok" and rec["gate"]["passed"] and rec["n_decoded_tokens"] == 2 * 4
+    assert rec["peak_memory_gb"]["engine_reserved_gb"] > 0

@@ -46,7 +46,7 @@ def _hint(err) -> str:
     if err.validator == "additionalProperties":
         return " (unknown key: remove it or check its spelling against workflow/schemas/config.schema.yaml)"
     if err.validator == "enum":
-        return f" (allowed: {', '.join(map(str, err.validator_value))})"
+        return " (pick one of the allowed values)"
     if err.validator in ("minimum", "exclusiveMinimum"):
         return " (must be positive)" if err.validator_value in (0, 1) else ""
     desc = err.schema.get("description")
@@ -110,13 +110,14 @@ def _check(cfg: dict) -> None:
         for bs in case["batch_sizes"]:
             if bs % case["num_generations"]:
                 raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: {bs} is not a multiple "
-                                  f"of num_generations={case['num_generations']}")
+                                  f"of num_generations={case['num_generations']} (a batch counts sequences, "
+                                  f"prompts x num_generations: use a multiple)")
     if cfg["train_backends"] and cfg["train"]["reference"] not in cfg["train_backends"]:
         raise ConfigError(f"config error at train.reference: {cfg['train']['reference']!r} is not in train_backends "
-                          f"{cfg['train_backends']}; add it there or pick one of them")
+                          f"{cfg['train_backends']} (add it there or pick one of them)")
     if cfg["reference_backend"] not in cfg["backends"]:
         raise ConfigError(f"config error at reference_backend: {cfg['reference_backend']!r} is not in backends "
-                          f"{cfg['backends']}; add it there or pick one of them")
+                          f"{cfg['backends']} (add it there or pick one of them)")
 
 
 def load(path) -> dict:

@@ -1,4 +1,5 @@
 """One generation job: build the backend, warm it up, time `rounds` rounds, write the stats."""
+import json
 import statistics
 import time
 
@@ -121,6 +122,11 @@ def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict
     spec = spec_from_workload(workload, model_dir, adapter_dir, variant, tok.eos_token_id,
                               tok.pad_token_id, max(map(len, prompts + warmup)))
     mod = backends.module(backend)
+    if hasattr(mod, "gate"):  # engines we wrote prove equality with HF before any speed is reported
+        record["gate"] = mod.gate(spec)
+        if not record["gate"]["passed"]:
+            return stats.finish(stats.failed(record, f"correctness gate failed against HF on the same weights: "
+                                                     f"{json.dumps(record['gate'])[:400]}"), out)
     result = measure(mod.load, spec, prompts, warmup, workload["rounds"])
     bad = check_lengths(result["outputs"], spec)
     if bad:

@@ -13,7 +13,7 @@ import queue
 
 import torch
 
-from .hf_generate import load_model, strip
+from .hf_model import load_model, strip
 from .transformers_cb import cache_memory, cb_config, cb_generation_config
 
 REQUIRES = ("torch", "transformers", "peft")

@@ -12,7 +12,7 @@ from dataclasses import replace
 import torch
 
 from ..workload import Sampling
-from . import hf_generate
+from . import hf_model
 
 REQUIRES = ("torch", "transformers")
 NEEDS_GPU = False
@@ -48,7 +48,7 @@ def build_engine(spec):
 
     cfg = engine_config(spec)
     if spec.variant == "peft_unmerged":
-        return Engine(hf_generate.load_model(spec), replace(cfg, lora_merge=False))
+        return Engine(hf_model.load_model(spec), replace(cfg, lora_merge=False))
     return Engine.from_pretrained(spec.model_dir, cfg, adapter_dir=spec.adapter_dir, device=spec.device,
                                   dtype=getattr(torch, spec.dtype))
 
@@ -122,7 +122,7 @@ def gate(spec, new_tokens: int = 16) -> dict:
     configuration, not an error of its attention/KV/sampling path)."""
     engine = build_engine(replace(spec, batch_size=max(spec.batch_size, 4),
                                   max_new_tokens=max(spec.max_new_tokens, new_tokens)))
-    reference = hf_generate.load_model(spec)
+    reference = hf_model.load_model(spec)
     if spec.adapter_dir and spec.variant != "peft_unmerged":
         reference = reference.merge_and_unload()
     cfg = engine.config

@@ -9,7 +9,7 @@ repeat the chunk's last prompt and are dropped), so a short last chunk does not 
 """
 import torch
 
-from .hf_generate import generation_kwargs, left_pad, load_model, strip
+from .hf_model import generation_kwargs, left_pad, load_model, strip
 
 REQUIRES = ("torch", "transformers", "peft")
 NEEDS_GPU = True

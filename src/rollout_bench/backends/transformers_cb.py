@@ -10,7 +10,7 @@ from importlib import metadata
 
 import torch
 
-from .hf_generate import generation_kwargs, load_model, strip
+from .hf_model import generation_kwargs, load_model, strip
 
 REQUIRES = ("torch", "transformers", "peft")
 NEEDS_GPU = False

@@ -113,6 +113,6 @@ def load_model(spec):
 
 
 def load(spec):
-    from . import hf_generate  # batched, left-padded model.generate: the same driver as the HF rows
+    from . import hf_model  # batched, left-padded model.generate: the same driver as the HF rows
 
-    return hf_generate.Generator(spec, model=load_model(spec))
+    return hf_model.Generator(spec, model=load_model(spec))
