@@ -14,13 +14,7 @@ MAX_NEW = 24
 GREEDY = Sampling()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # tiny matmuls: one thread is faster, and steadier when other tests share the cores
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_prompts(n, seed, lo=3, hi=3 * PAGE + 5, vocab=4096):

@@ -11,7 +11,7 @@ import pytest
 from .conftest import ROOT
 
 pytestmark = pytest.mark.slow
-TREE = ["Snakefile", "rules", "workflow", "config", "src", "profiles"]
+TREE = ["Snakefile", "rules", "workflow", "config", "src", "profiles", "envs"]
 
 
 def snakemake(cwd, *args, env=None, check=True):

@@ -40,6 +40,10 @@ def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tenso
 
 
 class Generator:
+    # True: a short last chunk is filled up to batch_size with repeats that are dropped afterwards,
+    # so a compiled, shape-specialised generate sees one batch shape for the whole job
+    fixed_batch = False
+
     def __init__(self, spec, model=None):
         self.spec = spec
         self.model = model if model is not None else load_model(spec)
@@ -52,9 +56,10 @@ class Generator:
         out = []
         for i in range(0, len(seqs), self.spec.batch_size):
             chunk = seqs[i:i + self.spec.batch_size]
-            ids, mask = left_pad(chunk, self.spec.pad_token_id, self.spec.device)
+            filled = chunk + [chunk[-1]] * (self.spec.batch_size - len(chunk)) if self.fixed_batch else chunk
+            ids, mask = left_pad(filled, self.spec.pad_token_id, self.spec.device)
             gen = self.model.generate(input_ids=ids, attention_mask=mask, **self.kwargs)  # [B, S+T]
-            out.extend(strip(row, self.spec) for row in gen[:, ids.shape[1]:].tolist())
+            out.extend(strip(row, self.spec) for row in gen[:len(chunk), ids.shape[1]:].tolist())
         return out
 
 

@@ -9,7 +9,7 @@ repeat the chunk's last prompt and are dropped), so a short last chunk does not 
 """
 import torch
 
-from .hf_model import generation_kwargs, left_pad, load_model, strip
+from . import hf_model
 
 REQUIRES = ("torch", "transformers", "peft")
 NEEDS_GPU = True
@@ -32,25 +32,13 @@ def compile_config(spec):
                          dynamic=o.get("dynamic", None))
 
 
-class Generator:
-    def __init__(self, spec):
-        self.spec = spec
-        self.model = load_model(spec)
-        self.kwargs = dict(generation_kwargs(spec), cache_implementation="static",
-                           max_cache_len=spec.max_seq_len, compile_config=compile_config(spec))
+class Generator(hf_model.Generator):
+    fixed_batch = True
 
-    @torch.inference_mode()
-    def generate(self, prompts, n):
-        seqs = [p for p in prompts for _ in range(n)]
-        torch.manual_seed(self.spec.sampling.seed)
-        out = []
-        for i in range(0, len(seqs), self.spec.batch_size):
-            chunk = seqs[i:i + self.spec.batch_size]
-            filled = chunk + [chunk[-1]] * (self.spec.batch_size - len(chunk))
-            ids, mask = left_pad(filled, self.spec.pad_token_id, self.spec.device)
-            gen = self.model.generate(input_ids=ids, attention_mask=mask, **self.kwargs)  # [B, S+T]
-            out.extend(strip(row, self.spec) for row in gen[:len(chunk), ids.shape[1]:].tolist())
-        return out
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.kwargs = dict(self.kwargs, cache_implementation="static", max_cache_len=spec.max_seq_len,
+                           compile_config=compile_config(spec))
 
     def compiled(self) -> bool:
         """True once transformers has built the compiled decode call (it does not on CPU)."""
