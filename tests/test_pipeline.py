@@ -133,3 +133,11 @@ def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):
     slug = str(broken).strip("/").replace("/", "--")
     assert not list((workdir / "results/generate" / slug).rglob("*.json"))
     assert (workdir / "results/generate/qwen3-tiny/hf_generate/default/greedy/bs4.json").exists()
+
+
+def test_report_bundles_tables_and_charts_with_captions(workdir):
+    snakemake(workdir, "--report", "report.html")
+    html = (workdir / "report.html").read_text(errors="replace")
+    for item in ("generate.md", "tps_vs_batch.html", "tps_vs_memory.html", "equivalence.md", "train_steps.html"):
+        assert item in html, item
+    assert "Decode throughput per backend" in html  # a caption from workflow/report/
