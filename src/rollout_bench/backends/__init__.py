@@ -24,26 +24,31 @@ def module(name: str):
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def missing_packages(mod) -> list[str]:
-    return [p for p in mod.REQUIRES if envinfo.version(p) is None]
+def host_reason(what: str, requires, needs_gpu: bool, gpu_count: int) -> str | None:
+    """Why `what` cannot run on this host (missing packages, no GPU) and what would make it run."""
+    missing = [p for p in requires if envinfo.version(p) is None]
+    if missing:
+        return (f"package(s) {', '.join(missing)} not installed; install the '{what}' environment "
+                f"(envs/) and rerun: the job re-runs when the package versions change")
+    if needs_gpu and gpu_count == 0:
+        return f"{what} needs a CUDA GPU and none is visible; run on a GPU host with --resources gpu=N"
+    return None
+
+
+def host_fingerprint(requires) -> str:
+    """What decides whether a job can run here; a change re-runs it (a Snakemake param)."""
+    pkgs = ",".join(f"{p}={envinfo.version(p)}" for p in requires)
+    return f"{pkgs};gpus={envinfo.physical_gpu_count()}"
 
 
 def unavailable(name: str, variant: str, gpu_count: int) -> str | None:
     mod = module(name)
     if variant not in mod.VARIANTS:
         return f"unknown variant {variant!r} for backend {name}; known: {', '.join(mod.VARIANTS)}"
-    missing = missing_packages(mod)
-    if missing:
-        return (f"package(s) {', '.join(missing)} not installed; install the '{name}' environment "
-                f"(envs/) and rerun: the job re-runs when the package versions change")
-    if mod.NEEDS_GPU and gpu_count == 0:
-        return f"{name} needs a CUDA GPU and none is visible; run on a GPU host with --resources gpu=N"
-    return mod.unavailable(variant, gpu_count)
+    return host_reason(name, mod.REQUIRES, mod.NEEDS_GPU, gpu_count) or mod.unavailable(variant, gpu_count)
 
 
 def fingerprint(name: str) -> str:
-    """What decides whether `name` can run here; a change re-runs its jobs (a Snakemake param)."""
     mod = module(name)
     extra = [dist for dist, _ in getattr(mod, "VARIANT_REQUIRES", {}).values()]
-    pkgs = ",".join(f"{p}={envinfo.version(p)}" for p in (*mod.REQUIRES, *extra))
-    return f"{pkgs};gpus={envinfo.physical_gpu_count()}"
+    return host_fingerprint((*mod.REQUIRES, *extra))

@@ -5,7 +5,7 @@ is the Snakemake param that re-runs a `skipped` job when packages or GPUs change
 """
 import importlib
 
-from .. import envinfo
+from ..backends import host_fingerprint, host_reason
 
 NAMES = ("hf_generate", "transformers_cb", "flex", "vllm", "unsloth")
 CORE = ("torch", "transformers", "peft", "trl")
@@ -21,12 +21,9 @@ NEEDS_GPU = {"hf_generate": False, "transformers_cb": False, "flex": False, "vll
 
 def unavailable(backend: str, gpu_count: int) -> str | None:
     assert backend in NAMES, f"unknown GRPO backend {backend!r}; known: {', '.join(NAMES)}"
-    missing = [p for p in REQUIRES[backend] if envinfo.version(p) is None]
-    if missing:
-        return (f"package(s) {', '.join(missing)} not installed; install the '{backend}' environment "
-                f"(envs/) and rerun: the job re-runs when the package versions change")
-    if NEEDS_GPU[backend] and gpu_count == 0:
-        return f"GRPO with {backend} needs a CUDA GPU and none is visible; run on a GPU host with --resources gpu=N"
+    reason = host_reason(backend, REQUIRES[backend], NEEDS_GPU[backend], gpu_count)
+    if reason:
+        return f"GRPO backend {backend}: {reason}"
     if backend == "flex":
         try:
             importlib.import_module("rollout_bench.engine").Engine  # noqa: B018
@@ -40,5 +37,4 @@ def unavailable(backend: str, gpu_count: int) -> str | None:
 
 
 def fingerprint(backend: str) -> str:
-    pkgs = ",".join(f"{p}={envinfo.version(p)}" for p in REQUIRES[backend])
-    return f"{pkgs};gpus={envinfo.physical_gpu_count()}"
+    return host_fingerprint(REQUIRES[backend])
