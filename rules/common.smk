@@ -37,6 +37,7 @@ SRC = "src/rollout_bench"
 HARNESS = [f"{SRC}/{f}" for f in ("generation.py", "stats.py", "workload.py", "envinfo.py",
                                   "gpu_lease.py", "backends/__init__.py", "assets/prompts.py")]
 HARNESS.append("workflow/schemas/stats.schema.json")
+ENGINE_SOURCES = sorted(str(p) for p in Path(SRC, "engine").rglob("*.py"))
 
 
 def backend_sources(wc):
@@ -45,7 +46,7 @@ def backend_sources(wc):
     if wc.backend in ("hf_generate", "hf_static", "transformers_cb", "cb_sync", "unsloth", "flex"):
         files.append(f"{SRC}/backends/hf_model.py")  # the shared HF loader / generate driver
     if wc.backend == "flex":
-        files += sorted(str(p) for p in Path(SRC, "engine").rglob("*.py"))
+        files += ENGINE_SOURCES
     return files + HARNESS
 
 
@@ -87,7 +88,7 @@ def backend_env(wc):
 def train_sources(wc):
     files = sorted(str(p) for p in Path(SRC, "grpo").glob("*.py"))
     if wc.backend == "flex":
-        files += sorted(str(p) for p in Path(SRC, "engine").rglob("*.py"))
+        files += ENGINE_SOURCES
     return files + [f"{SRC}/stats.py", f"{SRC}/workload.py", f"{SRC}/envinfo.py", f"{SRC}/gpu_lease.py",
                     "workflow/schemas/stats.schema.json"]
 

@@ -1,4 +1,3 @@
-import json
 import os
 from pathlib import Path
 
@@ -31,6 +30,3 @@ def one_torch_thread():
     yield
     torch.set_num_threads(n)
 
-
-def model_json(name: str) -> dict:
-    return json.loads((ROOT / "config/models" / f"{name}.json").read_text())

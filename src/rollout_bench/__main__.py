@@ -105,14 +105,12 @@ def main(argv=None):
     grpo_cli.add_commands(sub)
 
     a = ap.parse_args(argv)
+    from .config import ConfigError
     try:
         a.fn(a)
-    except Exception as e:  # noqa: BLE001 — one clear line on stderr, non-zero exit, no output written
-        from .config import ConfigError
-        if isinstance(e, ConfigError):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
+    except ConfigError as e:  # one clear line on stderr, non-zero exit, no output written
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

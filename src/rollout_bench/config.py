@@ -9,7 +9,7 @@ import yaml
 
 from . import SCHEMAS, backends, envinfo
 from .assets import model as model_assets
-from .workload import SAMPLING_PRESETS, Sampling
+from .workload import Sampling
 
 
 class ConfigError(ValueError):
@@ -249,5 +249,3 @@ def _model_dtype(model: str) -> str:
         return json.loads(p.read_text()).get("torch_dtype", "bfloat16")
     return "bfloat16"
 
-
-assert set(SAMPLING_PRESETS) == {"greedy", "equivalence"}

@@ -2,6 +2,7 @@
 import os
 import platform
 import subprocess
+from functools import cache
 from importlib import metadata
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "tokenizers",
@@ -58,6 +59,7 @@ def _driver() -> str | None:
         return None
 
 
+@cache  # asked once per job param at DAG build; a host's GPUs don't change under one process
 def physical_gpu_count() -> int:
     """GPUs on this host without initialising CUDA (the DAG is built before any job)."""
     try:
