@@ -49,3 +49,51 @@ def test_graphs_sampling_equals_uncompiled(model):
     assert [o.token_ids for o in fast] == [o.token_ids for o in slow]
     torch.testing.assert_close(torch.tensor([o.logprobs for o in fast]), torch.tensor([o.logprobs for o in slow]),
                                atol=1e-3, rtol=0)
+
+
+def test_offloaded_pristine_is_drift_free_and_holds_no_gpu_copy():
+    """pristine_on_host: the base lives in pinned host memory; merged weights equal the on-GPU
+    double copy's bit for bit, through perturb+refresh cycles and a restore."""
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+
+    from rollout_bench.engine.config import LORA_TARGETS
+    from rollout_bench.engine.lora import sha256
+
+    def peft(seed=0):
+        base = random_model.build("qwen3-tiny", seed=seed, device="cuda", dtype=torch.bfloat16,
+                                  tie_word_embeddings=False)
+        torch.manual_seed(seed + 1)
+        return get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=list(LORA_TARGETS),
+                                               init_lora_weights=False)).cuda()
+
+    on_gpu, offloaded = Engine(peft(), config()), Engine(peft(), config(pristine_on_host=True))
+    state = {k: v.detach().clone() for k, v in get_peft_model_state_dict(peft()).items()}
+    assert all(w.device.type == "cpu" and w.is_pinned() for w in offloaded.lora.pristine.values())
+    assert all(w.device.type == "cuda" for w in on_gpu.lora.pristine.values())
+    assert offloaded.weight_bytes() < on_gpu.weight_bytes() and offloaded.weight_bytes("cpu") > 0
+    base = sha256(offloaded.lora.pristine.items())
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for _ in range(3):
+        noisy = {k: v + 0.01 * torch.randn(v.shape, generator=g, device="cuda").to(v.dtype) for k, v in state.items()}
+        for e in (on_gpu, offloaded):
+            e.refresh_lora(noisy, 2.0)
+    for e in (on_gpu, offloaded):
+        e.refresh_lora(state, 2.0)
+    assert sha256(offloaded.lora.live.items()) == sha256(on_gpu.lora.live.items())
+    assert sha256(offloaded.lora.pristine.items()) == base
+    ps = prompts(4, seed=3)
+    assert [o.token_ids for o in offloaded.generate(ps, Sampling(), 8, ignore_eos=True)] == \
+           [o.token_ids for o in on_gpu.generate(ps, Sampling(), 8, ignore_eos=True)]
+
+
+def test_step_sweep_times_every_candidate_and_leaves_engine_usable(model):
+    from rollout_bench.engine import autotune
+
+    engine = Engine(model, config())
+    ps = prompts(6, seed=4)
+    res = autotune.step_sweep(engine, ps, 24, candidates=({}, {"num_warps": 4}), rounds=2)
+    assert set(res["step_ms"]) == {"{}", '{"num_warps": 4}'}
+    assert all(isinstance(v, float) and v > 0 for v in res["step_ms"].values()), res
+    assert res["rows"] == 6 and not engine.scheduler.has_work
+    out = engine.generate(ps, Sampling(), 24, ignore_eos=True)  # still decodes, with its own options
+    assert all(len(o.token_ids) == 24 for o in out)

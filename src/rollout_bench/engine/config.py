@@ -29,6 +29,7 @@ class EngineConfig:
     sampler_topk_cap: int = 64  # when every request has 0 < top_k <= cap, sample from torch.topk(cap)
     lora_targets: tuple[str, ...] = ()  # module names kept as pristine + merged copy; () = no LoRA
     lora_merge: bool = True  # False: run a PEFT model's adapter unmerged (the slow reference path)
+    pristine_on_host: bool | None = None  # LoRA's pristine base in pinned host memory; None = when the engine owns the weights
     fuse_projections: bool | None = None  # q/k/v and gate/up as one GEMM each; None = when the engine owns the weights
 
     def __post_init__(self):

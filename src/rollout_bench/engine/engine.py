@@ -44,6 +44,11 @@ class Engine:
             config = replace(config, lora_targets=adapter[0])
         self.config = config
         self.lora = DoubleCopy(model, config.lora_targets) if config.lora_targets and config.lora_merge else None
+        on_host = owns_weights if config.pristine_on_host is None else config.pristine_on_host
+        if self.lora and on_host:  # nothing but refresh() reads the pristine base: the GPU holds one copy
+            self.lora.offload_pristine()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
         self.model = self.lora.model if self.lora else causal_lm(model)  # PEFT layers stay: unmerged path
         self.model.eval()
         fuse = config.fuse_projections
@@ -203,17 +208,23 @@ class Engine:
                     pages.free_slot(slot)
         return torch.cat(out)
 
-    def weight_bytes(self) -> int:
+    def weight_bytes(self, device: torch.device | None = None) -> int:
+        """Bytes of the weights (merged copy and pristine base) on `device`, the model's by default."""
+        device = self.runner.device if device is None else torch.device(device)
         seen, total = set(), 0
         tensors = list(self.model.parameters()) + (list(self.lora.pristine.values()) if self.lora else [])
         for t in tensors:
-            if t.data_ptr() not in seen:
+            if t.device == device and t.data_ptr() not in seen:
                 seen.add(t.data_ptr())
                 total += t.numel() * t.element_size()
         return total
 
     def memory(self) -> dict:
-        """What the engine holds itself: the KV pool plus weights (pristine + merged copy)."""
-        return {"reserved": round((self.runner.kv.nbytes + self.weight_bytes()) / 1e9, 3),
-                "kv_pool_gb": round(self.runner.kv.nbytes / 1e9, 3),
-                "weights_gb": round(self.weight_bytes() / 1e9, 3)}
+        """What the engine holds itself on its device: the KV pool plus weights (pristine + merged
+        copy); a pristine base offloaded to host memory is reported beside it."""
+        out = {"reserved": round((self.runner.kv.nbytes + self.weight_bytes()) / 1e9, 3),
+               "kv_pool_gb": round(self.runner.kv.nbytes / 1e9, 3),
+               "weights_gb": round(self.weight_bytes() / 1e9, 3)}
+        if self.runner.device.type != "cpu":
+            out["host_weights_gb"] = round(self.weight_bytes("cpu") / 1e9, 3)
+        return out

@@ -21,6 +21,7 @@ import torch
 from ..backends import flex as flex_backend
 from ..workload import SAMPLING_PRESETS, Sampling
 from . import Engine, EngineConfig, random_model, sampler
+from .autotune import device_ms, step_sweep
 from .config import LORA_TARGETS
 from .lora import sha256
 
@@ -55,23 +56,6 @@ def peak_memory():
             "peak_reserved_gb": gb(torch.cuda.max_memory_reserved())}
 
 
-def device_ms(fn, repeat: int) -> float:
-    """Mean milliseconds of fn() over `repeat` calls, by CUDA events (wall clock on CPU)."""
-    sync()
-    if not CUDA:
-        t = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        return 1e3 * (time.perf_counter() - t) / repeat
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeat):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / repeat
-
-
 def timed(engine, prompts, sampling, new_tokens, n=1):
     """One warm-up pass (4 tokens: same buckets, so lazy graph capture happens here) then one timed pass."""
     engine.generate(prompts, sampling, 4, n=n, ignore_eos=True)
@@ -97,50 +81,6 @@ def timed(engine, prompts, sampling, new_tokens, n=1):
         "sample": outs[0].token_ids[:8], "sample_logprobs": [round(x, 3) for x in outs[0].logprobs[:4]],
     }
 
-
-# decode kernel options tried on the real mask (no USE_TMA: a misaligned TMA access would poison
-# the CUDA context for the phases after it)
-ATTENTION_CANDIDATES = ({}, {"SPLIT_KV": 2}, {"SPLIT_KV": 4}, {"SPLIT_KV": 8}, {"SPLIT_KV": 4, "num_stages": 3},
-                        {"SPLIT_KV": 4, "PRESCALE_QK": True})
-
-
-def attention_sweep(engine, prompts, new_tokens, candidates=ATTENTION_CANDIDATES) -> dict:
-    """Decode-attention ms per step (all layers) for each option set, mid-generation, each timed as
-    a CUDA graph of the layers' attention calls (eager calls would time the host, not the kernel)."""
-    runner = engine.runner
-    engine.submit(prompts, Sampling(), new_tokens, ignore_eos=True)
-    for _ in range(max(1, min(16, new_tokens // runner.cfg.decode_chunk - 1))):
-        engine.step()
-    running = list(engine.scheduler.running)
-    bucket = next(x for x in runner.buckets if x >= len(running))
-    runner._set_rows(running, bucket)
-    mask, _ = runner._decode_inputs(bucket)
-    attn = runner.layers[0].self_attn
-    q = torch.randn(bucket, runner.lm.config.num_attention_heads, 1, attn.head_dim, device=runner.device,
-                    dtype=runner.dtype)
-    context = sum(s.num_tokens for s in running) / len(running)
-    res = {"rows": len(running), "mean_context": round(context, 1), "ms": {}}
-    for opts in candidates:
-        def body(opts=opts):
-            for k_c, v_c in runner.kv.layers:
-                runner.attn_decode(q, k_c, v_c, mask, runner.scale, opts or None)
-        key = json.dumps(opts, sort_keys=True)
-        try:
-            body()
-            body()
-            if CUDA:
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    body()
-                res["ms"][key] = round(device_ms(graph.replay, 5), 3)
-                del graph
-            else:
-                res["ms"][key] = round(device_ms(body, 2), 3)
-        except Exception as e:  # noqa: BLE001 -- an option set the kernel rejects is a result too
-            res["ms"][key] = repr(e)[:300]
-    engine.abort()
-    res["best"] = best_options(res["ms"])
-    return res
 
 GEMM_NAMES = ("gemm", "gemv", "cutlass", "nvjet", "xmma", "cublas", "sm90_", "splitk", "matmul")
 
@@ -227,15 +167,6 @@ def lora_state(model, rank, seed=0):
             state[f"base_model.model.{name}.lora_A.weight"] = a.to(torch.bfloat16)
             state[f"base_model.model.{name}.lora_B.weight"] = b.to(torch.bfloat16)
     return state
-
-
-def best_options(sweep: dict) -> dict:
-    """The fastest option set of the sweep if it beats the default by more than 3%, else {}."""
-    timed_ = {k: v for k, v in sweep.items() if isinstance(v, float)}
-    if "{}" not in timed_:
-        return {}
-    best = min(timed_, key=timed_.get)
-    return json.loads(best) if timed_[best] < 0.97 * timed_["{}"] else {}
 
 
 class Check:
@@ -329,8 +260,8 @@ def lora_phases(c: Check):
     if engine is None:
         return
     if c.args.sweep:
-        c.phase("attention_sweep_B64", lambda: attention_sweep(engine, c.prompts(64, 99), c.new))
-        best = c.report["phases"]["attention_sweep_B64"].get("best")
+        c.phase("step_sweep_B64", lambda: step_sweep(engine, c.prompts(64, 99), c.new))
+        best = c.report["phases"]["step_sweep_B64"].get("best")
         if best:  # graphs captured so far used the old options
             engine.runner.decode_opts = {**(engine.runner.decode_opts or {}), **best}
             engine.runner.graphs.clear()

@@ -95,13 +95,24 @@ class DoubleCopy:
         return sum(w.numel() * w.element_size() for w in self.live.values())
 
     @torch.no_grad()
+    def offload_pristine(self) -> None:
+        """Keep the pristine weights in pinned host memory instead of beside the merged copy on the
+        GPU; refresh() streams each one in before merging. Only for a model nothing else runs: the
+        original modules' parameters are re-pointed at the host copies, which frees their GPU memory."""
+        for w in self.pristine.values():
+            if w.device.type == "cuda":
+                host = torch.empty(w.shape, dtype=w.dtype, pin_memory=True)
+                host.copy_(w)
+                w.data = host
+
+    @torch.no_grad()
     def refresh(self, adapter_state: dict, scaling: float) -> None:
         """live <- pristine + scaling * B @ A for every targeted weight (pristine alone where absent)."""
         ab = pairs(adapter_state)
         unknown = set(ab) - set(self.live)
         assert not unknown, f"adapter targets modules without a double copy: {sorted(unknown)[:3]}"
         for name, live in self.live.items():
-            base = self.pristine[name]
+            base = self.pristine[name].to(live.device, non_blocking=True)  # a no-op unless offloaded
             if name not in ab:
                 live.copy_(base)
                 continue

@@ -1,0 +1,100 @@
+"""Decode kernel options by measurement: each candidate's whole decode step, as its CUDA graph.
+
+The decode step's attention is one Triton flex-decoding kernel per layer, and its best tile sizes,
+warps, stages and KV splits depend on the GPU and the batch. A candidate is timed as the replay of
+the full captured step (attention, GEMMs, sampling) mid-generation on real page tables, in rounds
+that interleave the candidates so that clock or cache drift does not favour whichever ran first.
+The pipeline's `autotune` job records the winner per batch size; flex jobs replay it.
+"""
+import json
+import statistics
+import time
+
+import torch
+
+from ..workload import Sampling
+
+# No USE_TMA (a misaligned TMA access would poison the CUDA context for what runs after it), no
+# BLOCKS_ARE_CONTIGUOUS (wrong for paged KV, see EngineConfig).
+CANDIDATES = (
+    {},
+    {"BLOCK_N": 64, "num_stages": 2, "num_warps": 4},
+    {"BLOCK_N": 128, "num_stages": 2, "num_warps": 8},
+    {"SPLIT_KV": 2},
+    {"SPLIT_KV": 4},
+    {"PRESCALE_QK": True},
+)
+MIN_GAIN = 0.02  # keep the default unless a candidate is this much faster
+
+
+def device_ms(fn, repeat: int) -> float:
+    """Mean milliseconds of fn() over `repeat` calls, by CUDA events (wall clock without CUDA)."""
+    if not torch.cuda.is_available():
+        t = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        return 1e3 * (time.perf_counter() - t) / repeat
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
+def best_options(ms: dict[str, float | str], min_gain: float = MIN_GAIN) -> dict:
+    """The fastest candidate (keys: JSON of the options) if it beats the default ('{}') by more
+    than min_gain, else {}; entries that are error strings never win."""
+    timed = {k: v for k, v in ms.items() if isinstance(v, float)}
+    if "{}" not in timed:
+        return {}
+    best = min(timed, key=timed.get)
+    return json.loads(best) if timed[best] < (1 - min_gain) * timed["{}"] else {}
+
+
+@torch.no_grad()
+def step_sweep(engine, prompts: list[list[int]], new_tokens: int, candidates=CANDIDATES, rounds: int = 3) -> dict:
+    """Decode-step ms of each candidate for len(prompts) rows, mid-generation (about half of
+    new_tokens decoded). Needs CUDA graphs; the engine is left idle with its own options."""
+    runner, sched = engine.runner, engine.scheduler
+    assert runner.graphs_on, "step_sweep times CUDA graph replays"
+    assert not sched.has_work, "step_sweep needs an idle engine"
+    chunk = runner.cfg.decode_chunk
+    engine.submit(prompts, Sampling(), new_tokens, ignore_eos=True)
+    for _ in range(max(1, new_tokens // 2 // chunk)):
+        engine.step()
+    sched.reserve(chunk)
+    runner.pages.sync()
+    running = list(sched.running)
+    bucket = runner.buckets[next(i for i, b in enumerate(runner.buckets) if b >= len(running))]
+    own_opts, own_graph = runner.decode_opts, runner.graphs.pop((bucket, "greedy"), None)
+    graphs, ms = {}, {}
+    try:
+        for opts in candidates:
+            key = json.dumps(opts, sort_keys=True)
+            runner.decode_opts = dict(opts) or None
+            try:
+                runner.capture([bucket], "greedy")  # compiles, autotunes nothing, captures
+                graphs[key] = runner.graphs.pop((bucket, "greedy"))
+            except Exception as e:  # noqa: BLE001 -- an option set the kernel rejects is a result too
+                ms[key] = repr(e)[:300]
+
+        def chunk_of_steps(graph):
+            runner._set_rows(running, bucket)  # the same chunk of positions each time
+            return device_ms(graph.replay, chunk)
+
+        times = {key: [] for key in graphs}
+        for _ in range(rounds):
+            for key, graph in graphs.items():
+                times[key].append(chunk_of_steps(graph))
+        ms.update({key: round(statistics.median(t), 4) for key, t in times.items()})
+    finally:
+        runner.decode_opts = own_opts
+        if own_graph is not None:
+            runner.graphs[(bucket, "greedy")] = own_graph
+        engine.abort()
+    context = sum(s.num_tokens for s in running) / len(running)
+    return {"rows": len(running), "bucket": bucket, "mean_context": round(context, 1), "step_ms": ms,
+            "rounds": rounds, "best": best_options(ms)}
