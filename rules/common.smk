@@ -79,6 +79,13 @@ def job_workload(wc):
     return rb_config.job_workload(CFG, model_source(wc.model), wc.backend, wc.case, int(wc.bs))
 
 
+def autotune_input(wc):
+    """flex jobs replay the model's tuned decode kernel options when autotune is enabled."""
+    if wc.backend == "flex" and CFG["autotune"]["enabled"]:
+        return [f"results/autotune/{wc.model}/flex.json"]
+    return []
+
+
 def backend_env(wc):
     """Each backend group has its own environment where pins conflict (vLLM pins torch exactly)."""
     group = wc.backend if wc.backend in ("vllm", "unsloth") else "core"

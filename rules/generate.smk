@@ -7,6 +7,7 @@ rule generate:
         adapter=lambda wc: [lora_dir(wc.model)] if job_workload(wc)["lora_rank"] else [],
         dataset=lambda wc: [dataset_dir()] if CFG["dataset"]["source"] == "synthetic" else [],
         code=backend_sources,
+        autotune=autotune_input,
     output:
         "results/generate/{model}/{backend}/{variant}/{case}/bs{bs}.json",
     params:
@@ -32,4 +33,30 @@ rule generate:
         "python -m rollout_bench generate --backend {wildcards.backend} --variant {wildcards.variant} "
         "--model {wildcards.model} --case {wildcards.case} --workload {params.workload:q} "
         "--model-dir {params.model_dir} --adapter '{params.adapter}' --dataset {params.dataset} "
-        "--out {output} > {log} 2>&1"
+        "--autotune '{input.autotune}' --out {output} > {log} 2>&1"
+
+
+# The autotune-replay pass: flex's decode kernel options measured once per model on the GPU.
+rule autotune:
+    input:
+        model=model_input,
+        code=[f"{SRC}/kernel_tuning.py", f"{SRC}/envinfo.py", f"{SRC}/atomic.py"] + ENGINE_SOURCES,
+    output:
+        "results/autotune/{model}/flex.json",
+    params:
+        workload=lambda wc: json.dumps(rb_config.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
+        batch_sizes=",".join(map(str, CFG["autotune"]["batch_sizes"])),
+        model_dir=lambda wc: model_dir(wc.model),
+        lock_dir=CFG["gpu"]["lock_dir"],
+    log:
+        "results/logs/autotune/{model}/flex.log",
+    benchmark:
+        "results/benchmarks/autotune/{model}/flex.tsv"
+    resources:
+        gpu=GPU_PER_JOB,
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "python -m rollout_bench.gpu_lease --gpus {resources.gpu} --pin '' --lock-dir {params.lock_dir} -- "
+        "python -m rollout_bench autotune --model {wildcards.model} --model-dir {params.model_dir} "
+        "--workload {params.workload:q} --batch-sizes {params.batch_sizes} --out {output} > {log} 2>&1"

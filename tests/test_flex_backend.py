@@ -62,7 +62,8 @@ def test_options_override_engine_config(dirs):
 
 @pytest.mark.parametrize("lora", [False, True])
 def test_gate_passes(dirs, lora):
-    res = flex.gate(spec(dirs[0], adapter_dir=dirs[1] if lora else None))
+    s = spec(dirs[0], adapter_dir=dirs[1] if lora else None)
+    res = flex.gate(s, flex.load(s))
     print(f"gate lora={lora}: max_abs_logit_diff={res['max_abs_logit_diff']:.2e} "
           f"exact={res['greedy_exact']}/{res['greedy_tokens']}")
     assert res["passed"] and res["max_abs_logit_diff"] < 1e-4
@@ -73,4 +74,5 @@ def test_gate_fails_on_wrong_weights(dirs, monkeypatch):
     """A reference with other weights must fail the gate (the gate can say no)."""
     other = random_model.build("qwen3-tiny", seed=5, tie_word_embeddings=False)
     monkeypatch.setattr(hf_model, "load_model", lambda spec, **kw: other)
-    assert not flex.gate(spec(dirs[0]))["passed"]
+    s = spec(dirs[0])
+    assert not flex.gate(s, flex.load(s))["passed"]

@@ -66,7 +66,7 @@ def test_measure_counts_rounds_and_lengths():
 def test_failed_gate_writes_failed_status_and_no_speed(tiny_assets, tmp_path, monkeypatch):
     from rollout_bench.backends import flex
 
-    monkeypatch.setattr(flex, "gate", lambda spec: {"passed": False, "max_abs_logit_diff": 3.0})
+    monkeypatch.setattr(flex, "gate", lambda spec, gen: {"passed": False, "max_abs_logit_diff": 3.0})
     wl = {**WL, "batch_size": 2, "n_prompts": 2, "warmup_prompts": 0, "rounds": 1, "prompt_tokens": [1, 4096],
           "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
     rec = generation.run_job(backend="flex", variant="eager", model="qwen3-tiny", case="greedy", workload=wl,
@@ -84,3 +84,21 @@ def test_flex_job_records_passed_gate_and_engine_memory(tiny_assets, tmp_path):
                              out=str(tmp_path / "ok.json"))
     assert rec["status"] == "ok" and rec["gate"]["passed"] and rec["n_decoded_tokens"] == 2 * 4
     assert rec["peak_memory_gb"]["engine_reserved_gb"] > 0
+    assert rec["engine"]["num_pages"] > 1 and set(rec["engine"]["memory_gb"]) == {"kv_pool", "weights_on_device", "weights_on_host"}
+    assert rec["engine"]["decode_kernel_options"] == {}
+
+
+def test_flex_job_replays_autotuned_options_unless_configured(tiny_assets, tmp_path):
+    tuned = {"status": "ok", "by_batch": {"64": {"best": {"BLOCK_N": 64, "num_warps": 4}}}}
+    (tmp_path / "tuned.json").write_text(json.dumps(tuned))
+    wl = {**WL, "batch_size": 2, "n_prompts": 2, "warmup_prompts": 0, "rounds": 1, "prompt_tokens": [1, 4096],
+          "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
+    kw = dict(backend="flex", variant="eager", model="qwen3-tiny", case="greedy", model_dir=tiny_assets["model"],
+              adapter_dir=None, dataset_dir=tiny_assets["dataset"], autotune=str(tmp_path / "tuned.json"))
+    rec = generation.run_job(workload=wl, out=str(tmp_path / "a.json"), **kw)
+    assert rec["status"] == "ok" and rec["autotune"]["replayed"] == {"BLOCK_N": 64, "num_warps": 4}
+    assert rec["engine"]["decode_kernel_options"] == {"BLOCK_N": 64, "num_warps": 4}
+    assert rec["workload"]["options"] == {}  # the recorded workload stays the configured one
+    own = {**wl, "options": {"decode_kernel_options": {"num_warps": 8}}}
+    rec = generation.run_job(workload=own, out=str(tmp_path / "b.json"), **kw)
+    assert rec["autotune"]["replayed"] == {} and rec["engine"]["decode_kernel_options"] == {"num_warps": 8}

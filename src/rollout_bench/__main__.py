@@ -24,8 +24,18 @@ def _generate(a):
     from . import generation
     rec = generation.run_job(backend=a.backend, variant=a.variant, model=a.model, case=a.case,
                              workload=json.loads(a.workload), model_dir=a.model_dir,
-                             adapter_dir=a.adapter or None, dataset_dir=a.dataset, out=a.out)
+                             adapter_dir=a.adapter or None, dataset_dir=a.dataset, out=a.out,
+                             autotune=a.autotune or None)
     print(json.dumps({k: rec.get(k) for k in ("status", "reason", "decode_tps", "setup_s")}))
+
+
+def _autotune(a):
+    from . import kernel_tuning
+    wl = json.loads(a.workload)
+    rec = kernel_tuning.run(model=a.model, model_dir=a.model_dir, batch_sizes=[int(b) for b in a.batch_sizes.split(",")],
+                            prompt_tokens=wl["prompt_tokens"], max_new_tokens=wl["max_new_tokens"], dtype=wl["dtype"],
+                            out=a.out)
+    print(json.dumps({"status": rec["status"], "best": {b: r["best"] for b, r in rec["by_batch"].items()}}))
 
 
 def _aggregate(a):
@@ -78,7 +88,14 @@ def main(argv=None):
     for k in ("backend", "variant", "model", "case", "workload", "model-dir", "dataset", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--adapter", default="")
+    p.add_argument("--autotune", default="", help="kernel_tuning record to replay (flex)")
     p.set_defaults(fn=_generate)
+
+    p = sub.add_parser("autotune", help="measure flex's decode kernel options for a model -> JSON")
+    for k in ("model", "model-dir", "workload", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--batch-sizes", required=True, help="comma-separated")
+    p.set_defaults(fn=_autotune)
 
     p = sub.add_parser("aggregate", help="stats JSONs -> summary CSV")
     p.add_argument("--out", required=True)

@@ -241,6 +241,15 @@ def train_workload(cfg: dict, model: str, backend: str) -> dict:
     }
 
 
+def autotune_workload(cfg: dict, model: str) -> dict:
+    """What the autotune job of `model` needs from the workload (the flex jobs' shapes and dtype)."""
+    wl = cfg["workload"]
+    dtype = wl["dtype"]
+    if dtype == "auto":
+        dtype = _model_dtype(model) if cfg["profile"] == "gpu" else "float32"
+    return {"prompt_tokens": wl["prompt_tokens"], "max_new_tokens": wl["max_new_tokens"], "dtype": dtype}
+
+
 def _model_dtype(model: str) -> str:
     from . import MODEL_CONFIGS
 

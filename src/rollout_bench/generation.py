@@ -2,8 +2,9 @@
 import json
 import statistics
 import time
+from dataclasses import dataclass
 
-from . import backends, envinfo, stats
+from . import backends, envinfo, kernel_tuning, stats
 from .workload import GenSpec, Sampling
 
 
@@ -35,19 +36,44 @@ def _cuda():
     return torch.cuda if torch.cuda.is_available() else None
 
 
-def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[list[int]], rounds: int) -> dict:
-    """Time `rounds` calls of generate over `prompts`; setup_s covers load + compile + warm-up."""
+@dataclass
+class Built:
+    """A generator built (and gated) before measure(): its build time and the peak memory of the
+    build itself, so setup_s and peak_memory_gb still cover load + compile + capture."""
+    gen: object
+    build_s: float
+    peak_allocated: float | None = None
+    peak_reserved: float | None = None
+
+
+def build(gen_factory, spec: GenSpec) -> Built:
+    cuda = _cuda()
+    if cuda:
+        cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    gen = gen_factory(spec)
+    if cuda:
+        cuda.synchronize()
+        return Built(gen, time.perf_counter() - t0, cuda.max_memory_allocated(), cuda.max_memory_reserved())
+    return Built(gen, time.perf_counter() - t0)
+
+
+def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[list[int]], rounds: int,
+            built: Built | None = None) -> dict:
+    """Time `rounds` calls of generate over `prompts`; setup_s covers load + compile + warm-up.
+    With `built`, the generator comes from there and its build counts into setup_s and the peaks
+    (whatever ran between build and measure, a correctness gate, counts into neither)."""
     cuda = _cuda()
     sync = cuda.synchronize if cuda else (lambda: None)
     if cuda:
         cuda.reset_peak_memory_stats()
     n = spec.num_generations
     t0 = time.perf_counter()
-    gen = gen_factory(spec)
+    gen = built.gen if built else gen_factory(spec)
     if warmup:
         gen.generate(warmup, n)
     sync()
-    setup_s = time.perf_counter() - t0
+    setup_s = time.perf_counter() - t0 + (built.build_s if built else 0.0)
 
     walls, outs = [], None
     per_round = []
@@ -64,8 +90,9 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
 
     peak = {"allocated": None, "reserved": None}
     if cuda:
-        peak = {"allocated": round(cuda.max_memory_allocated() / 1e9, 3),
-                "reserved": round(cuda.max_memory_reserved() / 1e9, 3)}
+        b = built or Built(None, 0.0)
+        peak = {"allocated": round(max(cuda.max_memory_allocated(), b.peak_allocated or 0) / 1e9, 3),
+                "reserved": round(max(cuda.max_memory_reserved(), b.peak_reserved or 0) / 1e9, 3)}
     engine_info = {**getattr(gen, "info", lambda: {})(), **getattr(gen, "memory", lambda: {})()}
     # the engine's own pool (KV blocks, vLLM's reservation) sits beside torch's peak counters
     for k, v in engine_info.items():
@@ -109,25 +136,39 @@ def check_lengths(outs: list[list[int]], spec: GenSpec) -> str | None:
 
 
 def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict, model_dir: str,
-            adapter_dir: str | None, dataset_dir: str, out: str) -> dict:
+            adapter_dir: str | None, dataset_dir: str, out: str, autotune: str | None = None) -> dict:
+    """autotune: a kernel_tuning record whose decode kernel options this job replays, unless the
+    workload's options set decode_kernel_options themselves."""
     from .assets import prompts as prompt_assets
 
     record = stats.base("generate", backend=backend, variant=variant, model=model, workload=workload, case=case)
     reason = backends.unavailable(backend, variant, envinfo.gpu_info()["gpu_count"])
     if reason:
         return stats.finish(stats.skipped(record, reason), out)
+    if autotune:
+        tuned = kernel_tuning.load(autotune)
+        replay = kernel_tuning.options_for(tuned, workload["batch_size"])
+        own = "decode_kernel_options" in workload["options"]
+        record["autotune"] = {"file": autotune, "status": tuned["status"], "replayed": {} if own else replay,
+                              "tuned": replay}
+        if replay and not own:
+            workload = {**workload, "options": {**workload["options"], "decode_kernel_options": replay}}
 
     tok = prompt_assets.load_tokenizer(model_dir, workload["chat_template"])
     prompts, warmup = prompt_assets.select(tok, workload, dataset_dir)
     spec = spec_from_workload(workload, model_dir, adapter_dir, variant, tok.eos_token_id,
                               tok.pad_token_id, max(map(len, prompts + warmup)))
     mod = backends.module(backend)
+    built = None
     if hasattr(mod, "gate"):  # engines we wrote prove equality with HF before any speed is reported
-        record["gate"] = mod.gate(spec)
+        built = build(mod.load, spec)  # the engine the gate checks is the one then timed
+        t0 = time.perf_counter()
+        record["gate"] = {**mod.gate(spec, built.gen), "seconds": round(time.perf_counter() - t0, 3)}
         if not record["gate"]["passed"]:
+            getattr(built.gen, "close", lambda: None)()
             return stats.finish(stats.failed(record, f"correctness gate failed against HF on the same weights: "
                                                      f"{json.dumps(record['gate'])[:400]}"), out)
-    result = measure(mod.load, spec, prompts, warmup, workload["rounds"])
+    result = measure(mod.load, spec, prompts, warmup, workload["rounds"], built)
     bad = check_lengths(result["outputs"], spec)
     if bad:
         return stats.finish(stats.failed(record, bad), out)

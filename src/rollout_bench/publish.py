@@ -1,4 +1,5 @@
-"""Copy one run's stats JSONs and rendered tables/charts into results/published/<name>/ (committed)."""
+"""Copy one run's stats JSONs, rendered tables/charts, job logs and Snakemake benchmark TSVs into
+results/published/<name>/ (committed), with the command and config that made them."""
 import shutil
 from pathlib import Path
 
@@ -9,9 +10,9 @@ def publish(name: str, command: str, config_path: str, results: str = "results")
     src = Path(results)
     dest = src / "published" / name
     with atomic.directory(dest) as tmp:
-        for sub in ("generate", "train", "compare", "autotune", "summary", "tables", "charts"):
+        for sub in ("generate", "train", "compare", "autotune", "summary", "tables", "charts", "logs", "benchmarks"):
             for f in sorted((src / sub).rglob("*")) if (src / sub).exists() else []:
-                if f.is_file() and f.suffix in (".json", ".csv", ".md", ".html", ".svg"):
+                if f.is_file() and f.suffix in (".json", ".csv", ".md", ".html", ".svg", ".log", ".tsv"):
                     target = tmp / f.relative_to(src)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(f, target)

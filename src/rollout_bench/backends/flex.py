@@ -67,6 +67,16 @@ class Generator:
     def memory(self):
         return {"reserved": self.engine.memory()["reserved"]}
 
+    def info(self):
+        """The engine's own memory split and the knobs that decide its speed."""
+        mem, cfg = self.engine.memory(), self.engine.config
+        return {"memory_gb": {"kv_pool": mem["kv_pool_gb"], "weights_on_device": mem["weights_gb"],
+                              "weights_on_host": mem.get("host_weights_gb", 0.0)},
+                "num_pages": self.engine.runner.pages.num_pages,
+                "page_size": cfg.page_size, "buckets": list(self.engine.runner.buckets),
+                "cuda_graphs": self.engine.runner.graphs_on, "fused_projections": self.engine.runner.fused[0][0] is not None,
+                "decode_kernel_options": dict(cfg.decode_kernel_options)}
+
     def close(self):
         self.engine = None
         if torch.cuda.is_available():
@@ -115,13 +125,12 @@ def check(engine, reference, prompts: list[list[int]], new_tokens: int, tol: flo
             "greedy_tokens": n, "greedy_exact": exact, "greedy_ties": ties, "greedy_mismatches": mismatches}
 
 
-def gate(spec, new_tokens: int = 16) -> dict:
-    """Correctness gate before any speed: the engine built as load() builds it, against HF on the
-    same weights: hf_generate's model, with a LoRA adapter merged by PEFT unless the variant runs
-    it unmerged (merging rounds W + BA to the weight dtype once, which is part of the engine's
-    configuration, not an error of its attention/KV/sampling path)."""
-    engine = build_engine(replace(spec, batch_size=max(spec.batch_size, 4),
-                                  max_new_tokens=max(spec.max_new_tokens, new_tokens)))
+def gate(spec, gen: Generator, new_tokens: int = 16) -> dict:
+    """Correctness gate before any speed, on the engine the timed rounds then use (load(spec)'s),
+    against HF on the same weights: hf_generate's model, with a LoRA adapter merged by PEFT unless
+    the variant runs it unmerged (merging rounds W + BA to the weight dtype once, which is part of
+    the engine's configuration, not an error of its attention/KV/sampling path)."""
+    engine = gen.engine
     reference = hf_model.load_model(spec)
     if spec.adapter_dir and spec.variant != "peft_unmerged":
         reference = reference.merge_and_unload()
@@ -129,7 +138,7 @@ def gate(spec, new_tokens: int = 16) -> dict:
     prompts = gate_prompts(engine.runner.vocab, cfg.page_size)
     prompts = [p for p in prompts if len(p) + new_tokens <= cfg.max_seq_len] or [prompts[-1][:4]]
     result = check(engine, reference, prompts, new_tokens, LOGIT_TOL[spec.dtype])
-    del engine, reference
+    del reference
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result

@@ -1,0 +1,58 @@
+"""The autotune-replay pass: measure flex's decode kernel options once per model and GPU, replay them in
+every flex job of that model.
+
+`run` writes results/autotune/{model}/flex.json: for each batch size it tuned, every candidate's
+decode-step time and the winner (engine/autotune.py). `options_for` picks the entry a flex job of
+batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
+to tune (the CPU path ignores kernel options): the file then says so and replays nothing.
+"""
+import datetime as _dt
+import json
+import random
+import time
+
+from . import atomic, envinfo
+
+
+def run(*, model: str, model_dir: str, batch_sizes: list[int], prompt_tokens: list[int], max_new_tokens: int,
+        dtype: str, out: str, seed: int = 0) -> dict:
+    import torch
+
+    from .engine import Engine, EngineConfig, autotune
+
+    t0 = time.perf_counter()
+    record = {"kind": "autotune", "backend": "flex", "model": model, "status": "ok", "reason": None,
+              "env": envinfo.collect(), "gpu_ids": envinfo.gpu_ids(),
+              "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "workload": {"batch_sizes": sorted(batch_sizes), "prompt_tokens": prompt_tokens,
+                           "max_new_tokens": max_new_tokens, "dtype": dtype, "seed": seed},
+              "candidates": [dict(c) for c in autotune.CANDIDATES], "min_gain": autotune.MIN_GAIN, "by_batch": {}}
+    if not torch.cuda.is_available():
+        record.update(status="skipped", reason="no CUDA device: flex's CPU path ignores kernel options, so flex "
+                                               "jobs replay none; run on a GPU host to tune them")
+    else:
+        lo, hi = prompt_tokens
+        cfg = EngineConfig(max_batch=max(batch_sizes), max_seq_len=hi + max_new_tokens, capture_all=False)
+        engine = Engine.from_pretrained(model_dir, cfg, device="cuda", dtype=getattr(torch, dtype))
+        record["setup_s"] = round(time.perf_counter() - t0, 3)
+        rng = random.Random(seed)  # token ids only set the context lengths; values don't change kernel time
+        for b in sorted(batch_sizes):
+            prompts = [[rng.randrange(engine.runner.vocab) for _ in range(rng.randint(lo, hi))] for _ in range(b)]
+            record["by_batch"][str(b)] = autotune.step_sweep(engine, prompts, max_new_tokens)
+    record["wall_s"] = round(time.perf_counter() - t0, 3)
+    atomic.write_json(out, record)
+    return record
+
+
+def options_for(tuned: dict, batch_size: int) -> dict:
+    """Decode kernel options a flex job of `batch_size` sequences replays from a `run` record."""
+    if tuned.get("status") != "ok" or not tuned.get("by_batch"):
+        return {}
+    sizes = sorted(int(b) for b in tuned["by_batch"])
+    pick = next((b for b in sizes if b >= batch_size), sizes[-1])
+    return dict(tuned["by_batch"][str(pick)]["best"])
+
+
+def load(path) -> dict:
+    with open(path) as f:
+        return json.load(f)

@@ -1,0 +1,39 @@
+"""The autotune-replay pass: which tuned entry a flex job replays, and the record on a host without CUDA."""
+import json
+
+import pytest
+import torch
+
+from rollout_bench import kernel_tuning
+from rollout_bench.engine import autotune
+
+
+def record(**best):
+    return {"status": "ok", "by_batch": {b: {"best": opts} for b, opts in best.items()}}
+
+
+def test_options_for_picks_smallest_tuned_batch_at_least_the_jobs():
+    rec = record(**{"64": {"BLOCK_N": 64}, "256": {"SPLIT_KV": 2}})
+    assert kernel_tuning.options_for(rec, 8) == {"BLOCK_N": 64}
+    assert kernel_tuning.options_for(rec, 64) == {"BLOCK_N": 64}
+    assert kernel_tuning.options_for(rec, 65) == {"SPLIT_KV": 2}
+    assert kernel_tuning.options_for(rec, 1024) == {"SPLIT_KV": 2}  # beyond the largest: the largest
+    assert kernel_tuning.options_for({"status": "skipped", "by_batch": {}}, 64) == {}
+
+
+def test_best_options_needs_a_real_gain_over_the_default():
+    assert autotune.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': 0.99}) == {}  # within MIN_GAIN: keep default
+    assert autotune.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': 0.9}) == {"SPLIT_KV": 2}
+    assert autotune.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': "RuntimeError('no')"}) == {}
+    assert autotune.best_options({'{"SPLIT_KV": 2}': 0.5}) == {}  # no default timed: nothing to compare
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the record written without CUDA")
+def test_run_without_cuda_writes_a_skipped_record(tiny_assets, tmp_path):
+    out = tmp_path / "flex.json"
+    rec = kernel_tuning.run(model="qwen3-tiny", model_dir=tiny_assets["model"], batch_sizes=[64, 8],
+                            prompt_tokens=[128, 256], max_new_tokens=32, dtype="float32", out=str(out))
+    assert rec["status"] == "skipped" and "no CUDA" in rec["reason"]
+    saved = json.loads(out.read_text())
+    assert saved["workload"]["batch_sizes"] == [8, 64] and saved["env"]["torch"]
+    assert kernel_tuning.options_for(saved, 64) == {}

@@ -1,0 +1,18 @@
+"""publish: one run's results, logs, command and config copied into results/published/<name>/."""
+from rollout_bench.publish import publish
+
+
+def test_publish_copies_results_logs_command_and_config(tmp_path):
+    res = tmp_path / "results"
+    files = {"generate/m/flex/graphs/greedy/bs64.json": "{}", "tables/generate.md": "| a |",
+             "logs/generate/m/flex/graphs/greedy/bs64.log": "log", "benchmarks/generate/m/x.tsv": "s\n1",
+             "generate/m/flex/graphs/greedy/weights.pt": "not a result", "assets/models/m/model.safetensors": "big"}
+    for rel, text in files.items():
+        (res / rel).parent.mkdir(parents=True, exist_ok=True)
+        (res / rel).write_text(text)
+    (tmp_path / "config.yaml").write_text("profile: gpu\n")
+    dest = publish("h200-test", "snakemake --cores 8\n", str(tmp_path / "config.yaml"), results=str(res))
+    got = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert got == ["COMMAND", "benchmarks/generate/m/x.tsv", "config.yaml", "generate/m/flex/graphs/greedy/bs64.json",
+                   "logs/generate/m/flex/graphs/greedy/bs64.log", "tables/generate.md"]
+    assert (dest / "COMMAND").read_text() == "snakemake --cores 8\n"
