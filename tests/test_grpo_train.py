@@ -179,3 +179,60 @@ def test_group_detection():
     assert flex_rollout.groups([[1, 2], [1, 2], [3], [3]]) == ([[1, 2], [3]], 2)
     assert flex_rollout.groups([[1], [1], [2]]) == ([[1], [1], [2]], 1)
     assert flex_rollout.groups([[1], [2]]) == ([[1], [2]], 1)
+
+
+def test_unsloth_driver_wiring_with_a_stand_in_module(grpo_assets, monkeypatch):
+    """Our glue around Unsloth (its loader's arguments, LoRA from the shared adapter's config, the
+    adapter's tensors copied in, TRL given the PeftModel and no peft_config) on CPU, with a stand-in
+    `unsloth` module built on HF + PEFT: Unsloth itself needs a CUDA GPU to import."""
+    import sys
+    from types import ModuleType
+
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from rollout_bench.backends.unsloth import core_key
+
+    calls = {}
+
+    class FastLanguageModel:
+        @staticmethod
+        def from_pretrained(model_name, max_seq_length, dtype, load_in_4bit, fast_inference, **kw):
+            calls["from_pretrained"] = dict(max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
+                                            fast_inference=fast_inference)
+            return AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype), None
+
+        @staticmethod
+        def get_peft_model(model, r, lora_alpha, target_modules, lora_dropout, bias, use_rslora,
+                           use_gradient_checkpointing, random_state):
+            calls["get_peft_model"] = dict(r=r, lora_alpha=lora_alpha, targets=sorted(target_modules))
+            return get_peft_model(model, LoraConfig(r=r, lora_alpha=lora_alpha, target_modules=target_modules,
+                                                    lora_dropout=lora_dropout, bias=bias, use_rslora=use_rslora))
+
+    fake = ModuleType("unsloth")
+    fake.FastLanguageModel = FastLanguageModel
+    monkeypatch.setitem(sys.modules, "unsloth", fake)
+
+    spec = TrainSpec.from_workload(WORKLOAD)
+    model, peft_config = driver.load_unsloth_policy(grpo_assets["model"], grpo_assets["lora"], spec, 300)
+    assert peft_config is None and calls["from_pretrained"] == {"max_seq_length": 300, "load_in_4bit": False,
+                                                                "fast_inference": False}
+    assert calls["get_peft_model"] == {"r": 32, "lora_alpha": 64, "targets": sorted(LORA_TARGETS)}
+    saved = {core_key(k): v for k, v in load_file(f"{grpo_assets['lora']}/adapter_model.safetensors").items()}
+    live = {core_key(n): p for n, p in model.named_parameters() if ".lora_" in n}
+    assert saved.keys() == live.keys() and all(torch.equal(live[k], saved[k]) for k in saved)
+
+    run = driver.train("unsloth", spec, model_dir=grpo_assets["model"], adapter_dir=grpo_assets["lora"],
+                       dataset_dir=grpo_assets["dataset"], steps=2)
+    assert [s["step"] for s in run.steps] == [1, 2] and all(s["loss"] is not None for s in run.steps)
+    assert run.info["trainer_class"].endswith("GRPOTrainer")
+
+
+def test_flex_rollout_engine_keeps_its_pristine_base_beside_the_merged_copy(grpo_assets):
+    """GRPO refreshes the merged copy every step, so its pristine base stays on the engine's device
+    (a generation job's engine keeps it in host memory instead)."""
+    spec = TrainSpec.from_workload(WORKLOAD)
+    engine = flex_rollout.build_engine(grpo_assets["model"], spec, 64, grpo_assets["lora"])
+    assert engine.config.pristine_on_host is False and engine.lora is not None
+    assert all(w.device == engine.runner.device for w in engine.lora.pristine.values())

@@ -31,8 +31,11 @@ def unavailable(backend: str, gpu_count: int) -> str | None:
             return (f"the flex engine does not import ({type(e).__name__}: {e}); it lives in "
                     f"src/rollout_bench/engine/, and the job re-runs when that code changes")
     if backend == "unsloth":
-        return ("the Unsloth GRPO driver (FastLanguageModel, fast_inference=False, shared adapter copied in) "
-                "is not written yet (issue 5); the job re-runs when src/rollout_bench/grpo changes")
+        from ..backends import unsloth
+
+        # imports unsloth, which must come before transformers/TRL so its patches (and its GRPOTrainer) apply
+        reason = unsloth.unavailable("default", gpu_count)
+        return f"GRPO backend unsloth: {reason}" if reason else None
     return None
 
 

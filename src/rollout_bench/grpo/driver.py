@@ -5,6 +5,8 @@ adapter and hyper-parameters for every backend; only the rollout path differs.
     transformers_cb  TRL's transformers continuous-batching path (`generate_batch`, paged KV)
     flex             our engine through `rollout_func` (flex_rollout.py)
     vllm             TRL `use_vllm=True`, `vllm_mode="colocate"` (issue 5 runs it on the GPU)
+    unsloth          Unsloth's FastLanguageModel (fast_inference=False) with the shared adapter copied
+                     in, trained by the GRPOTrainer Unsloth patches into TRL (its own generate path)
 """
 import dataclasses
 import math
@@ -76,6 +78,30 @@ def load_policy(model_dir: str, adapter_dir: str | None, spec: TrainSpec):
                              lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
 
 
+def load_unsloth_policy(model_dir: str, adapter_dir: str | None, spec: TrainSpec, max_seq_len: int):
+    """-> (PeftModel, None): Unsloth's model with LoRA from the shared adapter's config and tensors (or
+    the spec's rank on all projections). TRL then takes the base (adapters disabled) as its KL
+    reference, as it does for the other backends' new adapters."""
+    from unsloth import FastLanguageModel
+
+    from ..backends import unsloth as unsloth_backend
+
+    model, _ = FastLanguageModel.from_pretrained(
+        model_name=model_dir, max_seq_length=max_seq_len, dtype=getattr(torch, spec.dtype), load_in_4bit=False,
+        fast_inference=False, **spec.options.get("from_pretrained", {}))
+    cfg = unsloth_backend.adapter_config(adapter_dir) if adapter_dir else {
+        "r": spec.lora_rank, "lora_alpha": spec.lora_alpha, "target_modules": list(LORA_TARGETS)}
+    model = FastLanguageModel.get_peft_model(
+        model, r=cfg["r"], lora_alpha=cfg["lora_alpha"], target_modules=list(cfg["target_modules"]),
+        lora_dropout=0.0, bias="none", use_rslora=bool(cfg.get("use_rslora", False)),
+        use_gradient_checkpointing=spec.gradient_checkpointing, random_state=spec.seed)
+    if adapter_dir:
+        from safetensors.torch import load_file
+
+        unsloth_backend.copy_adapter(model, load_file(f"{adapter_dir}/adapter_model.safetensors"))
+    return model, None
+
+
 def load_adapter_weights(peft_model, adapter_dir: str) -> None:
     from peft import set_peft_model_state_dict
     from peft.utils import load_peft_weights
@@ -106,7 +132,11 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
     if backend == "transformers_cb" and spec.device == "cpu" and "continuous_batching" not in spec.options:
         spec = dataclasses.replace(spec, options={**spec.options,
                                                   "continuous_batching": cpu_cb_config(spec, max_prompt_len)})
-    model, peft_config = load_policy(model_dir, adapter_dir, spec)
+    if backend == "unsloth":
+        model, peft_config = load_unsloth_policy(model_dir, adapter_dir, spec,
+                                                 max_prompt_len + spec.max_completion_length)
+    else:
+        model, peft_config = load_policy(model_dir, adapter_dir, spec)
     stats_cb, clock = StepStats(), PhaseClock()
     rollout = None
     if backend == "flex":
@@ -140,6 +170,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         "optimizer_requested": optimizer_name(),
         "is_correction": is_correction,
         "is_mode": args.vllm_importance_sampling_mode if is_correction else None,
+        "trainer_class": f"{type(trainer).__module__}.{type(trainer).__name__}",
         "reward_funcs": [f.__name__ for f in trainer.reward_funcs],
         "reward_sha256": rewards.source_sha256(),
         "max_prompt_tokens": max_prompt_len,

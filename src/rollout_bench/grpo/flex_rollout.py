@@ -101,6 +101,8 @@ def build_engine(model_dir: str, spec, max_prompt_len: int, adapter_dir: str | N
         spec.options.get("engine", {}),
         max_batch=spec.batch_size * spec.gradient_accumulation_steps,
         max_seq_len=max_prompt_len + spec.max_completion_length,
-        lora_targets=() if adapter_dir else LORA_TARGETS)
+        lora_targets=() if adapter_dir else LORA_TARGETS,
+        # refresh() runs every step here: a pristine base in host memory would stream in each time
+        pristine_on_host=False)
     return Engine.from_pretrained(model_dir, config, adapter_dir=adapter_dir, device=spec.device,
                                   dtype=getattr(torch, spec.dtype))

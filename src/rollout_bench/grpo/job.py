@@ -1,7 +1,18 @@
-"""One training job: run GRPO with one backend, write the stats contract (kind "train")."""
+"""One training job: run GRPO with one backend, write the stats contract (kind "train").
+
+The driver (transformers, TRL) is imported only after the availability check: for unsloth that check
+imports unsloth, which has to precede transformers and TRL in the process.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .. import envinfo, stats
-from . import availability, driver
+from . import availability
 from .config import TrainSpec
+
+if TYPE_CHECKING:
+    from . import driver
 
 CONTRACT = ("step", "loss", "reward", "reward_std", "kl", "grad_norm", "step_wall_s", "completion_len", "mem_gb")
 
@@ -27,6 +38,8 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
     reason = availability.unavailable(backend, envinfo.gpu_info()["gpu_count"])
     if reason:
         return stats.finish(stats.skipped(record, reason), out)
+
+    from . import driver
 
     spec = TrainSpec.from_workload(workload)
     run = driver.train(backend, spec, model_dir=model_dir, adapter_dir=adapter_dir or None,
