@@ -30,11 +30,13 @@ rule render_generate:
         mem_svg="results/charts/tps_vs_memory.svg",
     params:
         reference=CFG["reference_backend"],
+        versus=",".join(CFG["versus"]),
     log:
         "results/logs/report/render_generate.log",
     conda:
         "../envs/report.yaml"
     shell:
         "python -m rollout_bench render --summary {input.summary} --reference {params.reference} "
+        "--versus {params.versus} "
         "--table {output.table} --chart-batch-html {output.batch_html} --chart-batch-svg {output.batch_svg} "
         "--chart-memory-html {output.mem_html} --chart-memory-svg {output.mem_svg} > {log} 2>&1"

@@ -68,6 +68,8 @@ def test_auto_profile_follows_gpu_detection(raw, monkeypatch):
      "workload.cases.x.batch_sizes"),
     ({"reference_backend": "vllm", "backends": ["hf_generate"]}, "reference_backend"),
     ({"variants": {"hf_generate": ["turbo"]}}, "variants.hf_generate"),
+    ({"versus": ["flex", "vlm"]}, "versus[1]"),
+    ({"autotune__batch_sizes": [0]}, "autotune.batch_sizes[0]"),
 ])
 def test_bad_input_names_the_field(raw, over, field):
     with pytest.raises(ConfigError) as e:

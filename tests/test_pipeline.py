@@ -58,6 +58,7 @@ def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
         assert statuses[gpu_only] == {"skipped"}
     table = (workdir / "results/tables/generate.md").read_text()
     assert "| hf_generate | default |" in table and "skipped" in table
+    assert "### flex / vllm" in table and "| qwen3-tiny | greedy | 0 | greedy | 1 | 4 |" in table
     for chart in ("tps_vs_batch", "tps_vs_memory"):
         assert (workdir / f"results/charts/{chart}.svg").read_text().lstrip().startswith("<svg")
         assert "vega" in (workdir / f"results/charts/{chart}.html").read_text()

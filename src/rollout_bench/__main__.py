@@ -48,7 +48,10 @@ def _render(a):
 
     from . import atomic, render
     df = pd.read_csv(a.summary)
-    atomic.write_text(a.table, render.generation_table(df, a.reference))
+    table = render.generation_table(df, a.reference)
+    if a.versus:
+        table += "\n" + render.head_to_head(df, *a.versus.split(","))
+    atomic.write_text(a.table, table)
     render.save_chart(render.tps_vs_batch(df), a.chart_batch_html, a.chart_batch_svg)
     render.save_chart(render.tps_vs_memory(df), a.chart_memory_html, a.chart_memory_svg)
 
@@ -106,6 +109,7 @@ def main(argv=None):
     for k in ("summary", "reference", "table", "chart-batch-html", "chart-batch-svg",
               "chart-memory-html", "chart-memory-svg"):
         p.add_argument(f"--{k}", required=True)
+    p.add_argument("--versus", default="", help="A,B: a head-to-head section, A / B on every case and batch")
     p.set_defaults(fn=_render)
 
     p = sub.add_parser("publish", help="copy this run's stats, tables and charts to results/published/NAME")

@@ -115,6 +115,9 @@ def _check(cfg: dict) -> None:
     if cfg["train_backends"] and cfg["train"]["reference"] not in cfg["train_backends"]:
         raise ConfigError(f"config error at train.reference: {cfg['train']['reference']!r} is not in train_backends "
                           f"{cfg['train_backends']} (add it there or pick one of them)")
+    for i, b in enumerate(cfg["versus"]):
+        if b not in backends.NAMES:
+            raise ConfigError(f"config error at versus[{i}]: unknown backend {b!r} (allowed: {', '.join(backends.NAMES)})")
     if cfg["reference_backend"] not in cfg["backends"]:
         raise ConfigError(f"config error at reference_backend: {cfg['reference_backend']!r} is not in backends "
                           f"{cfg['backends']} (add it there or pick one of them)")

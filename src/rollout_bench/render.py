@@ -44,6 +44,41 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _best_ok(df: pd.DataFrame, backend: str) -> pd.DataFrame:
+    """Per model/case/batch: the backend's fastest ok variant, else its first row (to say why not)."""
+    g = df[df.backend == backend].assign(ok=lambda d: d.status == "ok")
+    g = g.sort_values(["ok", "decode_tps"], ascending=False, na_position="last")
+    return g.drop_duplicates(["model", "case", "batch_size"]).set_index(["model", "case", "batch_size"])
+
+
+def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
+    """`a` against `b` wherever either ran: decode tok/s of each (its fastest variant), a / b, and peak
+    memory (the engine's reserved pool where it reports one, else torch's peak allocation)."""
+    left, right = _best_ok(df, a), _best_ok(df, b)
+    keys = sorted(set(left.index) | set(right.index))
+    lines = [f"### {a} / {b}", "",
+             f"| model | case | LoRA r | sampling | n | batch | {a} tok/s | {b} tok/s | {a} / {b} "
+             f"| {a} peak reserved GB | {b} peak reserved GB |",
+             "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|"]
+
+    def side(t, key):
+        if key not in t.index:
+            return "not run", None, ""
+        r = t.loc[key]
+        if r.status != "ok":
+            return r.status, None, ""
+        peak = r.peak_reserved_gb if pd.notna(r.peak_reserved_gb) else r.peak_alloc_gb
+        return _fmt(r.decode_tps), r.decode_tps, _fmt(peak, ".1f")
+
+    for key in keys:
+        first = (left if key in left.index else right).loc[key]
+        (ta, va, ma), (tb, vb, mb) = side(left, key), side(right, key)
+        ratio = _fmt(va / vb, ".2f") if va is not None and vb else ""
+        lines.append(f"| {key[0]} | {key[1]} | {first.lora_rank} | {first.sampling} | {first.num_generations} "
+                     f"| {key[2]} | {ta} | {tb} | {ratio} | {ma} | {mb} |")
+    return "\n".join(lines) + "\n"
+
+
 def tps_vs_batch(df: pd.DataFrame) -> alt.Chart:
     ok = df[df.status == "ok"].assign(engine=lambda d: d.backend + "/" + d.variant)
     return (alt.Chart(ok).mark_line(point=True)

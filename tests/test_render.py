@@ -1,0 +1,27 @@
+"""The generation tables on a hand-made summary: the head-to-head section's ratios and its gaps."""
+import pandas as pd
+
+from rollout_bench import render
+
+
+def row(backend, case, bs, tps, status="ok", variant="default", reserved=None, alloc=10.0):
+    return {"model": "m", "backend": backend, "variant": variant, "case": case, "batch_size": bs,
+            "num_generations": 1, "lora_rank": 0, "sampling": "greedy", "status": status,
+            "reason": None if status == "ok" else "why", "decode_tps": tps if status == "ok" else None,
+            "decode_tps_best": tps, "peak_alloc_gb": alloc, "peak_reserved_gb": reserved, "setup_s": 1.0,
+            "gpu_name": "G"}
+
+
+def test_head_to_head_takes_each_sides_fastest_variant_and_says_what_is_missing():
+    df = pd.DataFrame([
+        row("flex", "greedy", 64, 1200.0, variant="eager"), row("flex", "greedy", 64, 1500.0, variant="graphs",
+                                                                 reserved=20.0),
+        row("vllm", "greedy", 64, 1000.0, reserved=120.0),
+        row("flex", "sweep", 8, 300.0), row("vllm", "sweep", 8, None, status="skipped"),
+        row("vllm", "lora", 64, 900.0),
+    ])
+    lines = render.head_to_head(df, "flex", "vllm").splitlines()
+    assert lines[0] == "### flex / vllm"
+    assert "| m | greedy | 0 | greedy | 1 | 64 | 1,500 | 1,000 | 1.50 | 20.0 | 120.0 |" in lines
+    assert "| m | sweep | 0 | greedy | 1 | 8 | 300 | skipped |  | 10.0 |  |" in lines
+    assert "| m | lora | 0 | greedy | 1 | 64 | not run | 900 |  |  | 10.0 |" in lines
