@@ -16,3 +16,12 @@ def test_publish_copies_results_logs_command_and_config(tmp_path):
     assert got == ["COMMAND", "benchmarks/generate/m/x.tsv", "config.yaml", "generate/m/flex/graphs/greedy/bs64.json",
                    "logs/generate/m/flex/graphs/greedy/bs64.log", "tables/generate.md"]
     assert (dest / "COMMAND").read_text() == "snakemake --cores 8\n"
+
+
+def test_readme_tables_are_the_published_ones():
+    """The README's results section is the published rendering, unchanged (headings one level down)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    table = (root / "results/published/h200-2026-11-29-pipeline/tables/generate.md").read_text().strip()
+    assert table.replace("### ", "#### ") in (root / "README.md").read_text()
