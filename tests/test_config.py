@@ -45,6 +45,10 @@ def test_gpu_profile_is_the_qwen3_4b_workload(raw):
     group = config.job_workload(cfg, "qwen3-4b", "flex", "grpo_group", 256)
     assert group["n_prompts"] == 64 and group["num_generations"] == 4 and group["lora_rank"] == 32
     assert group["sampling"] == {"temperature": 0.1, "top_p": 0.97, "top_k": 5, "min_p": 0.5, "seed": 3407}
+    # a case's own variants replace the top-level ones for that case only
+    flex = {(j.case, j.variant) for j in config.gen_jobs(cfg) if j.backend == "flex"}
+    assert {("greedy", "graphs"), ("greedy", "eager"), ("lora", "peft_unmerged"), ("sweep", "graphs")} <= flex
+    assert ("sweep", "eager") not in flex and ("lora", "eager") not in flex
 
 
 def test_auto_profile_follows_gpu_detection(raw, monkeypatch):
@@ -69,6 +73,8 @@ def test_auto_profile_follows_gpu_detection(raw, monkeypatch):
     ({"reference_backend": "vllm", "backends": ["hf_generate"]}, "reference_backend"),
     ({"variants": {"hf_generate": ["turbo"]}}, "variants.hf_generate"),
     ({"versus": ["flex", "vlm"]}, "versus[1]"),
+    ({"profiles__cpu__workload__cases": {"x": {"batch_sizes": [4], "variants": {"flex": ["warp"]}}}},
+     "workload.cases.x.variants.flex"),
     ({"autotune__batch_sizes": [0]}, "autotune.batch_sizes[0]"),
 ])
 def test_bad_input_names_the_field(raw, over, field):

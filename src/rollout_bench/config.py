@@ -95,13 +95,17 @@ def _check(cfg: dict) -> None:
             model_assets.resolve(m)
         except ValueError as e:
             raise ConfigError(f"config error at models: {e}") from None
-    for b, vs in cfg["variants"].items():
-        if b not in backends.NAMES:
-            raise ConfigError(f"config error at variants.{b}: unknown backend (allowed: {', '.join(backends.NAMES)})")
-        known = backends.module(b).VARIANTS
-        for v in vs:
-            if v not in known:
-                raise ConfigError(f"config error at variants.{b}: unknown variant {v!r} (allowed: {', '.join(known)})")
+    where = [("variants", cfg["variants"])] + [(f"workload.cases.{name}.variants", case.get("variants", {}))
+                                               for name, case in cfg["workload"]["cases"].items()]
+    for field, table in where:
+        for b, vs in table.items():
+            if b not in backends.NAMES:
+                raise ConfigError(f"config error at {field}.{b}: unknown backend (allowed: {', '.join(backends.NAMES)})")
+            known = backends.module(b).VARIANTS
+            for v in vs:
+                if v not in known:
+                    raise ConfigError(f"config error at {field}.{b}: unknown variant {v!r} "
+                                      f"(allowed: {', '.join(known)})")
     for name, case in cfg["workload"]["cases"].items():
         for b in case.get("backends", []):
             if b not in backends.NAMES:
@@ -149,8 +153,10 @@ def model_slug(model: str) -> str:
     return model.strip("/").replace("/", "--")
 
 
-def variants(cfg: dict, backend: str) -> list[str]:
-    return cfg["variants"].get(backend) or [backends.module(backend).VARIANTS[0]]
+def variants(cfg: dict, backend: str, case: dict | None = None) -> list[str]:
+    """A case's own variants for the backend, else the top-level ones, else its first variant."""
+    own = (case or {}).get("variants", {}).get(backend)
+    return own or cfg["variants"].get(backend) or [backends.module(backend).VARIANTS[0]]
 
 
 def gen_jobs(cfg: dict) -> list[GenJob]:
@@ -160,7 +166,7 @@ def gen_jobs(cfg: dict) -> list[GenJob]:
             for backend in cfg["backends"]:
                 if case.get("backends") and backend not in case["backends"]:
                     continue
-                for variant in variants(cfg, backend):
+                for variant in variants(cfg, backend, case):
                     for bs in case["batch_sizes"]:
                         jobs.append(GenJob(model, backend, variant, name, bs))
     return jobs
