@@ -86,6 +86,9 @@ def test_flex_job_records_passed_gate_and_engine_memory(tiny_assets, tmp_path):
     assert rec["peak_memory_gb"]["engine_reserved_gb"] > 0
     assert rec["engine"]["num_pages"] > 1 and set(rec["engine"]["memory_gb"]) == {"kv_pool", "weights_on_device", "weights_on_host"}
     assert rec["engine"]["decode_kernel_options"] == {}
+    last = rec["engine"]["last_round"]  # the last timed round's split: prefill, decode chunks, host
+    assert last["decode_steps"] == 4 - 1 and last["prefill_tokens"] > 0 and last["step_ms"] > 0
+    assert last["wall_s"] == pytest.approx(last["prefill_s"] + last["decode_s"] + last["host_other_s"], abs=1e-3)
 
 
 def test_flex_job_replays_autotuned_options_unless_configured(tiny_assets, tmp_path):

@@ -7,6 +7,7 @@ merged double copy is measured against). spec.options are EngineConfig overrides
 ignore_eos follows vLLM: EOS does not stop a completion but may be sampled (hf_generate instead
 forbids it through min_new_tokens).
 """
+import time
 from dataclasses import replace
 
 import torch
@@ -59,9 +60,11 @@ class Generator:
         self.engine = engine if engine is not None else build_engine(spec)
 
     def generate(self, prompts, n):
-        s = self.spec
-        outs = self.engine.generate(prompts, s.sampling, s.max_new_tokens, n=n, ignore_eos=s.ignore_eos,
-                                    eos_token_id=s.eos_token_id)
+        s, e = self.spec, self.engine
+        before, t0 = dict(e.timings), time.perf_counter()
+        outs = e.generate(prompts, s.sampling, s.max_new_tokens, n=n, ignore_eos=s.ignore_eos,
+                          eos_token_id=s.eos_token_id)
+        self.last_call = split(time.perf_counter() - t0, {k: e.timings[k] - before[k] for k in before})
         return [o.token_ids for o in outs]
 
     def memory(self):
@@ -75,7 +78,8 @@ class Generator:
                 "num_pages": self.engine.runner.pages.num_pages,
                 "page_size": cfg.page_size, "buckets": list(self.engine.runner.buckets),
                 "cuda_graphs": self.engine.runner.graphs_on, "fused_projections": self.engine.runner.fused[0][0] is not None,
-                "decode_kernel_options": dict(cfg.decode_kernel_options)}
+                "decode_kernel_options": dict(cfg.decode_kernel_options),
+                "last_round": getattr(self, "last_call", None)}
 
     def close(self):
         self.engine = None
@@ -85,6 +89,16 @@ class Generator:
 
 def load(spec):
     return Generator(spec)
+
+
+def split(wall: float, d: dict) -> dict:
+    """Where one generate call's wall went: prefill passes, decode chunks (graph replays up to the
+    chunk's host sync) and the rest (scheduling, page tables, per-token bookkeeping on the host)."""
+    steps = d["decode_steps"]
+    return {"wall_s": round(wall, 4), "prefill_s": round(d["prefill_s"], 4), "prefill_tokens": d["prefill_tokens"],
+            "decode_s": round(d["decode_s"], 4), "decode_steps": steps,
+            "step_ms": round(1e3 * d["decode_s"] / steps, 4) if steps else None,
+            "host_other_s": round(wall - d["prefill_s"] - d["decode_s"], 4)}
 
 
 def gate_prompts(vocab: int, page_size: int, seed: int = 0) -> list[list[int]]:
