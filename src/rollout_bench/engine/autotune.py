@@ -68,7 +68,7 @@ def step_sweep(engine, prompts: list[list[int]], new_tokens: int, candidates=CAN
     sched.reserve(chunk)
     runner.pages.sync()
     running = list(sched.running)
-    bucket = runner.buckets[next(i for i, b in enumerate(runner.buckets) if b >= len(running))]
+    bucket = next(b for b in runner.buckets if b >= len(running))
     own_opts, own_graph = runner.decode_opts, runner.graphs.pop((bucket, "greedy"), None)
     graphs, ms = {}, {}
     try:
