@@ -97,6 +97,17 @@ def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.0
     return path, stats.finish(rec, path)
 
 
+def test_vllm_config_is_colocated_and_bounded_to_the_workloads_context(tmp_path):
+    from rollout_bench.grpo.config import grpo_config
+
+    args = grpo_config(TrainSpec(max_completion_length=16), "vllm", max_steps=1, output_dir=str(tmp_path),
+                       max_prompt_len=200)
+    assert (args.use_vllm, args.vllm_mode, args.vllm_max_model_length) == (True, "colocate", 216)
+    assert args.vllm_gpu_memory_utilization == 0.3 and args.vllm_importance_sampling_correction
+    plain = grpo_config(TrainSpec(max_completion_length=16), "hf_generate", max_steps=1, output_dir=str(tmp_path))
+    assert not plain.use_vllm
+
+
 def test_compare_equivalent_runs(tmp_path):
     ref, _ = _train_stats(tmp_path, "hf_generate")
     cand, _ = _train_stats(tmp_path, "flex", loss=(0.1, 0.25, 0.3, 0.1), kl=(0.001, 0.004, 0.002, 0.002), median=0.25)

@@ -73,7 +73,8 @@ def optimizer_name() -> str:
     return "adamw_8bit"
 
 
-def grpo_config(spec: TrainSpec, backend: str, *, max_steps: int, output_dir: str):
+def grpo_config(spec: TrainSpec, backend: str, *, max_steps: int, output_dir: str, max_prompt_len: int | None = None):
+    """TRL's GRPOConfig for `backend`; max_prompt_len bounds vLLM's context (else the model's 40k)."""
     from trl import GRPOConfig
 
     s = spec.sampling
@@ -115,5 +116,6 @@ def grpo_config(spec: TrainSpec, backend: str, *, max_steps: int, output_dir: st
         kw["transformers_continuous_batching_config"] = spec.options.get("continuous_batching") or None
     elif backend == "vllm":
         kw.update(use_vllm=True, vllm_mode="colocate",
-                  vllm_gpu_memory_utilization=spec.options.get("gpu_memory_utilization", 0.3))
+                  vllm_gpu_memory_utilization=spec.options.get("gpu_memory_utilization", 0.3),
+                  vllm_max_model_length=max_prompt_len + spec.max_completion_length if max_prompt_len else None)
     return GRPOConfig(**kw)

@@ -146,7 +146,13 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         rollout = flex_rollout.FlexRollout(engine, spec, clock)
 
     with tempfile.TemporaryDirectory(prefix="grpo-") as workdir:
-        args = grpo_config(spec, backend, max_steps=steps, output_dir=workdir)
+        if backend == "vllm":
+            from ..backends import vllm as vllm_backend
+
+            # the offline host's engine start hangs without these (backends/vllm.py)
+            for k, v in vllm_backend.ENV.items():
+                os.environ.setdefault(k, v)
+        args = grpo_config(spec, backend, max_steps=steps, output_dir=workdir, max_prompt_len=max_prompt_len)
         trainer = GRPOTrainer(model=model, reward_funcs=rewards.build(tok.eos_token), args=args,
                               train_dataset=train_ds, processing_class=tok, peft_config=peft_config,
                               callbacks=[stats_cb], rollout_func=rollout)
