@@ -82,7 +82,7 @@ def job_workload(wc):
 def autotune_input(wc):
     """flex jobs replay the model's tuned decode kernel options when autotune is enabled."""
     if wc.backend == "flex" and CFG["autotune"]["enabled"]:
-        return [f"results/autotune/{wc.model}/flex.json"]
+        return [f"results/autotune/{wc.model}/decode_opts.json"]
     return []
 
 

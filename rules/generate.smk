@@ -42,16 +42,16 @@ rule autotune:
         model=model_input,
         code=[f"{SRC}/kernel_tuning.py", f"{SRC}/envinfo.py", f"{SRC}/atomic.py"] + ENGINE_SOURCES,
     output:
-        "results/autotune/{model}/flex.json",
+        "results/autotune/{model}/decode_opts.json",
     params:
         workload=lambda wc: json.dumps(rb_config.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
         batch_sizes=",".join(map(str, CFG["autotune"]["batch_sizes"])),
         model_dir=lambda wc: model_dir(wc.model),
         lock_dir=CFG["gpu"]["lock_dir"],
     log:
-        "results/logs/autotune/{model}/flex.log",
+        "results/logs/autotune/{model}/decode_opts.log",
     benchmark:
-        "results/benchmarks/autotune/{model}/flex.tsv"
+        "results/benchmarks/autotune/{model}/decode_opts.tsv"
     resources:
         gpu=GPU_PER_JOB,
     conda:

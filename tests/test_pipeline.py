@@ -121,7 +121,7 @@ def test_gpu_budget_checked_before_any_job(workdir):
     assert r.returncode != 0 and "only 8 GPU" in r.stdout + r.stderr
     r = snakemake(workdir, "-n", "--cores", "8", "--resources", "gpu=8", "--config", "profile=gpu", env=env)
     assert "generate" in r.stdout
-    assert "results/autotune/qwen3-4b/flex.json" in r.stdout  # flex jobs wait for the autotune pass
+    assert "results/autotune/qwen3-4b/decode_opts.json" in r.stdout  # flex jobs wait for the autotune pass
 
 
 def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):

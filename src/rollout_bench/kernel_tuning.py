@@ -1,9 +1,9 @@
 """The autotune-replay pass: measure flex's decode kernel options once per model and GPU, replay them in
 every flex job of that model.
 
-`run` writes results/autotune/{model}/flex.json: for each batch size it tuned, every candidate's
-decode-step time and the winner (engine/autotune.py). `options_for` picks the entry a flex job of
-batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
+`run` writes results/autotune/{model}/decode_opts.json: for each batch size it tuned, every
+candidate's decode-step time and the winner (engine/autotune.py). `options_for` picks the entry a
+flex job of batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
 to tune (the CPU path ignores kernel options): the file then says so and replays nothing.
 """
 import datetime as _dt
