@@ -43,8 +43,27 @@ def case(request):
 
 def small_engine(model, **kw):
     base = {"max_batch": 6, "max_seq_len": 4 * PAGE + MAX_NEW, "page_size": PAGE, "max_prefill_tokens": 4 * PAGE,
-            "decode_chunk": 4, "num_pages": 14}
+            "decode_chunk": 4, "decode_chunk_no_eos": 4, "num_pages": 14}
     return Engine(model, EngineConfig(**{**base, **kw}))
+
+
+def test_no_eos_batches_sync_once_per_page_of_steps(case):
+    """With EOS off, no sequence can finish before its known length: chunks grow to a page of steps
+    (fewer host syncs), with tokens and logprobs unchanged; with EOS on, chunks stay short."""
+    _, model, prompts, _ = case
+    sampling = Sampling(temperature=0.9, top_p=0.95, top_k=40, seed=3)
+    runs = {}
+    for no_eos in (4, 64):
+        engine = small_engine(model, num_pages=64, decode_chunk_no_eos=no_eos)
+        outs = engine.generate(prompts[:4], sampling, 33, ignore_eos=True)
+        runs[no_eos] = (outs, engine.timings["decode_chunks"])
+    (small, n_small), (big, n_big) = runs[4], runs[64]
+    assert [o.token_ids for o in small] == [o.token_ids for o in big]
+    torch.testing.assert_close(torch.tensor([o.logprobs for o in small]), torch.tensor([o.logprobs for o in big]))
+    assert (n_small, n_big) == (32 // 4, 32 // PAGE)  # 32 decode steps after the prefill's token
+    eos_engine = small_engine(model, num_pages=64, decode_chunk_no_eos=64)
+    eos_engine.generate(prompts[:4], sampling, 33, eos_token_id=4095)
+    assert eos_engine.timings["decode_chunks"] >= 32 // 4  # EOS possible: chunks of decode_chunk
 
 
 def test_first_token_logits(case):
@@ -118,7 +137,7 @@ def test_sampled_groups_reproducible_under_preemption(case):
     _, model, prompts, _ = case
     sampling = Sampling(temperature=0.9, top_p=0.95, top_k=40, min_p=0.02, seed=7)
     roomy = small_engine(model, max_batch=12, num_pages=80).generate(prompts[:6], sampling, 16, n=2)
-    tight_engine = small_engine(model, max_batch=6, num_pages=10, decode_chunk=3)
+    tight_engine = small_engine(model, max_batch=6, num_pages=10, decode_chunk=3, decode_chunk_no_eos=3)
     tight = tight_engine.generate(prompts[:6], sampling, 16, n=2)
     assert tight_engine.scheduler.preemptions > 0
     assert [o.token_ids for o in roomy] == [o.token_ids for o in tight]

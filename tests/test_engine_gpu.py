@@ -21,7 +21,8 @@ def prompts(n=12, seed=1):
 
 
 def config(**kw):
-    base = {"max_batch": 8, "max_seq_len": 96, "page_size": P, "decode_chunk": 4, "num_pages": 24, "capture_all": False,
+    base = {"max_batch": 8, "max_seq_len": 96, "page_size": P, "decode_chunk": 4, "decode_chunk_no_eos": 4,
+            "num_pages": 24, "capture_all": False,
             "decode_kernel_options": {"BLOCK_N": P}}  # the default 64-wide KV tile would not divide a page
     return EngineConfig(**{**base, **kw})
 

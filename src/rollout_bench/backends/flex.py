@@ -96,7 +96,7 @@ def split(wall: float, d: dict) -> dict:
     chunk's host sync) and the rest (scheduling, page tables, per-token bookkeeping on the host)."""
     steps = d["decode_steps"]
     return {"wall_s": round(wall, 4), "prefill_s": round(d["prefill_s"], 4), "prefill_tokens": d["prefill_tokens"],
-            "decode_s": round(d["decode_s"], 4), "decode_steps": steps,
+            "decode_s": round(d["decode_s"], 4), "decode_steps": steps, "decode_chunks": d["decode_chunks"],
             "step_ms": round(1e3 * d["decode_s"] / steps, 4) if steps else None,
             "host_other_s": round(wall - d["prefill_s"] - d["decode_s"], 4)}
 

@@ -20,6 +20,9 @@ class EngineConfig:
     kv_memory_gb: float | None = None
     max_prefill_tokens: int = 16384  # packed prompt tokens per prefill pass
     decode_chunk: int = 16  # decode steps between host syncs (finished checks, admission)
+    # ... while no running sequence can stop at EOS (ignore_eos): its next finish is then known, and
+    # the chunk runs up to it; at most one page of steps
+    decode_chunk_no_eos: int = 64
     cuda_graphs: bool = True  # one graph per batch bucket; only on CUDA
     capture_all: bool = True  # capture every bucket (greedy + top-k sampling) at start, not on first use
     compile: bool | None = None  # torch.compile the layer step; None = on for CUDA
@@ -42,6 +45,7 @@ class EngineConfig:
         assert self.num_pages is None or self.kv_memory_gb is None, "give num_pages or kv_memory_gb, not both"
         assert self.max_prefill_tokens >= self.page_size
         assert 1 <= self.decode_chunk <= self.page_size
+        assert self.decode_chunk_no_eos >= 1
         assert self.fa4_prefill in ("auto", "on", "off"), self.fa4_prefill
         assert self.sampler_topk_cap >= 1
         for opts in (self.decode_kernel_options, self.prefill_kernel_options):
@@ -54,6 +58,15 @@ class EngineConfig:
         # Padding rows and reserved slot 0 rely on the kernel's empty-row guard.
         for opts in (self.decode_kernel_options, self.prefill_kernel_options):
             assert not opts.get("ROWS_GUARANTEED_SAFE"), "ROWS_GUARANTEED_SAFE NaNs padded rows"
+
+    def chunk_cap(self, can_stop_early: bool) -> int:
+        """Decode steps before the next host sync, for a batch that can (or cannot) stop at EOS."""
+        return self.decode_chunk if can_stop_early else max(self.decode_chunk, min(self.decode_chunk_no_eos,
+                                                                                    self.page_size))
+
+    @property
+    def max_chunk(self) -> int:
+        return self.chunk_cap(False)
 
     @property
     def max_pages_per_seq(self) -> int:

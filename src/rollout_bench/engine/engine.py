@@ -60,7 +60,7 @@ class Engine:
         self.scheduler = Scheduler(config, self.runner.pages)
         # wall time by phase; both phases end in a host sync, so these are device times too
         self.timings = {"prefill_s": 0.0, "prefill_tokens": 0, "decode_s": 0.0, "decode_steps": 0,
-                        "decode_rows": 0}
+                        "decode_rows": 0, "decode_chunks": 0}
         if self.lora and adapter:
             self.refresh_lora(adapter[1], adapter[2])
         if self.runner.graphs_on and config.capture_all:
@@ -141,7 +141,7 @@ class Engine:
             sched.finish([s for s in seqs if s.finished])
         if not sched.running:
             return
-        chunk = min(self.config.decode_chunk, min(s.remaining for s in sched.running))
+        chunk = min(sched.chunk_cap(sched.running), min(s.remaining for s in sched.running))
         sched.reserve(chunk)
         if not sched.running:
             return
@@ -151,6 +151,7 @@ class Engine:
         tokens, logprobs = self.runner.decode(running, chunk)
         self.timings["decode_s"] += time.perf_counter() - t0
         self.timings["decode_steps"] += chunk
+        self.timings["decode_chunks"] += 1
         self.timings["decode_rows"] += chunk * len(running)
         for seq, toks, lps in zip(running, tokens, logprobs):
             for t, lp in zip(toks, lps):

@@ -149,8 +149,8 @@ class ModelRunner:
         self.floats = torch.zeros(3, B, dtype=torch.float32, device=dev)  # temperature, top_p, min_p
         self.ids, self.pos, self.slot, self.top_k, self.seed = self.ints.unbind(0)
         self.temp, self.top_p, self.min_p = self.floats.unbind(0)
-        self.out_tok = torch.zeros(B, cfg.decode_chunk, dtype=torch.long, device=dev)  # [B, chunk]
-        self.out_lp = torch.zeros(B, cfg.decode_chunk, dtype=torch.float32, device=dev)
+        self.out_tok = torch.zeros(B, cfg.max_chunk, dtype=torch.long, device=dev)  # [B, chunk]
+        self.out_lp = torch.zeros(B, cfg.max_chunk, dtype=torch.float32, device=dev)
         self.step_i = torch.zeros(1, dtype=torch.long, device=dev)
         self.ones = torch.ones(B, 1, 1, dtype=torch.int32, device=dev)
         self._decode_mask = self._make_decode_mask()
@@ -271,7 +271,7 @@ class ModelRunner:
     @torch.no_grad()
     def decode(self, seqs: list[Sequence], steps: int) -> tuple[list[list[int]], list[list[float]]]:
         """`steps` decode steps for `seqs` (pages reserved, table synced) -> tokens, logprobs per row."""
-        assert 1 <= steps <= self.cfg.decode_chunk and seqs
+        assert 1 <= steps <= self.cfg.max_chunk and seqs
         bucket = next(b for b in self.buckets if b >= len(seqs))
         how = sampler.mode([(s.temperature, s.top_k) for s in seqs], self.cfg.sampler_topk_cap, self.vocab)
         if self.graphs_on and (bucket, how) not in self.graphs:

@@ -27,18 +27,22 @@ class Scheduler:
         assert 1 <= len(group) <= self.cfg.max_batch, "a group must fit in the batch"
         self.waiting.append(group)
 
+    def chunk_cap(self, seqs) -> int:
+        """Steps the next decode chunk may run for `seqs`: longer when none of them can stop at EOS."""
+        return self.cfg.chunk_cap(any(s.eos_token_id is not None for s in seqs))
+
     def _group_pages(self, group: list[Sequence]) -> tuple[int, int]:
         """(pages taken at admission, pages for the first decode chunk) of a group: its prompt once,
         a private copy of the partial last page per extra member, then every member's growth."""
         P, L = self.cfg.page_size, group[0].num_tokens
         prompt = -(-L // P)
-        chunk = min(self.cfg.decode_chunk, group[0].remaining)
+        chunk = min(self.chunk_cap(group), group[0].remaining)
         grow = -(-(L + chunk) // P) - prompt
         return prompt + (len(group) - 1) * (L % P > 0), len(group) * grow
 
     def _growth(self) -> int:
         """Pages the running sequences need for their next full chunk."""
-        chunk = self.cfg.decode_chunk
+        chunk = self.chunk_cap(self.running)
         return sum(self.pages.pages_needed(s.num_tokens - 1 + min(chunk, s.remaining), s.slot)
                    for s in self.running)
 
