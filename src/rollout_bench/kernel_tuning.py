@@ -6,12 +6,11 @@ candidate's decode-step time and the winner (engine/autotune.py). `options_for` 
 flex job of batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
 to tune (the CPU path ignores kernel options): the file then says so and replays nothing.
 """
-import datetime as _dt
 import json
 import random
 import time
 
-from . import atomic, envinfo
+from . import atomic, stats
 
 
 def run(*, model: str, model_dir: str, batch_sizes: list[int], prompt_tokens: list[int], max_new_tokens: int,
@@ -20,13 +19,12 @@ def run(*, model: str, model_dir: str, batch_sizes: list[int], prompt_tokens: li
 
     from .engine import Engine, EngineConfig, autotune
 
-    t0 = time.perf_counter()
-    record = {"kind": "autotune", "backend": "flex", "model": model, "status": "ok", "reason": None,
-              "env": envinfo.collect(), "gpu_ids": envinfo.gpu_ids(),
-              "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "workload": {"batch_sizes": sorted(batch_sizes), "prompt_tokens": prompt_tokens,
-                           "max_new_tokens": max_new_tokens, "dtype": dtype, "seed": seed},
-              "candidates": [dict(c) for c in autotune.CANDIDATES], "min_gain": autotune.MIN_GAIN, "by_batch": {}}
+    # the stats contract's common fields (env, GPU ids, start time); not a stats file, so not validated
+    record = stats.base("autotune", backend="flex", variant="graphs", model=model,
+                        workload={"batch_sizes": sorted(batch_sizes), "prompt_tokens": prompt_tokens,
+                                  "max_new_tokens": max_new_tokens, "dtype": dtype, "seed": seed})
+    t0 = record.pop("_t0")
+    record.update(candidates=[dict(c) for c in autotune.CANDIDATES], min_gain=autotune.MIN_GAIN, by_batch={})
     if not torch.cuda.is_available():
         record.update(status="skipped", reason="no CUDA device: flex's CPU path ignores kernel options, so flex "
                                                "jobs replay none; run on a GPU host to tune them")

@@ -44,9 +44,14 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _peak_gb(df: pd.DataFrame) -> pd.Series:
+    """Peak GPU memory: the engine's reserved pool where it reports one, else torch's peak allocation."""
+    return df.peak_reserved_gb.fillna(df.peak_alloc_gb)
+
+
 def _best_ok(df: pd.DataFrame, backend: str) -> pd.DataFrame:
     """Per model/case/batch: the backend's fastest ok variant, else its first row (to say why not)."""
-    g = df[df.backend == backend].assign(ok=lambda d: d.status == "ok")
+    g = df[df.backend == backend].assign(ok=lambda d: d.status == "ok", peak_gb=_peak_gb)
     g = g.sort_values(["ok", "decode_tps"], ascending=False, na_position="last")
     return g.drop_duplicates(["model", "case", "batch_size"]).set_index(["model", "case", "batch_size"])
 
@@ -67,8 +72,7 @@ def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
         r = t.loc[key]
         if r.status != "ok":
             return r.status, None, ""
-        peak = r.peak_reserved_gb if pd.notna(r.peak_reserved_gb) else r.peak_alloc_gb
-        return _fmt(r.decode_tps), r.decode_tps, _fmt(peak, ".1f")
+        return _fmt(r.decode_tps), r.decode_tps, _fmt(r.peak_gb, ".1f")
 
     for key in keys:
         first = (left if key in left.index else right).loc[key]
@@ -89,8 +93,7 @@ def tps_vs_batch(df: pd.DataFrame) -> alt.Chart:
 
 
 def tps_vs_memory(df: pd.DataFrame) -> alt.Chart:
-    ok = df[df.status == "ok"].assign(engine=lambda d: d.backend + "/" + d.variant,
-                                      peak_gb=lambda d: d.peak_reserved_gb.fillna(d.peak_alloc_gb))
+    ok = df[df.status == "ok"].assign(engine=lambda d: d.backend + "/" + d.variant, peak_gb=_peak_gb)
     return (alt.Chart(ok).mark_point(filled=True, size=80)
             .encode(x=alt.X("peak_gb:Q", title="peak GPU memory GB (reserved where the engine reports it)"),
                     y=alt.Y("decode_tps:Q", title="decode tok/s"), color="engine:N", shape="case:N",

@@ -223,9 +223,9 @@ class Engine:
     def memory(self) -> dict:
         """What the engine holds itself on its device: the KV pool plus weights (pristine + merged
         copy); a pristine base offloaded to host memory is reported beside it."""
-        out = {"reserved": round((self.runner.kv.nbytes + self.weight_bytes()) / 1e9, 3),
-               "kv_pool_gb": round(self.runner.kv.nbytes / 1e9, 3),
-               "weights_gb": round(self.weight_bytes() / 1e9, 3)}
+        kv, weights = self.runner.kv.nbytes, self.weight_bytes()
+        out = {"reserved": round((kv + weights) / 1e9, 3), "kv_pool_gb": round(kv / 1e9, 3),
+               "weights_gb": round(weights / 1e9, 3)}
         if self.runner.device.type != "cpu":
             out["host_weights_gb"] = round(self.weight_bytes("cpu") / 1e9, 3)
         return out
