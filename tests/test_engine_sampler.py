@@ -105,3 +105,35 @@ def test_greedy_rows_inside_a_sampled_batch():
     tok, lp = sample(logits, p, torch.zeros(4, dtype=torch.long), "full", 64)
     assert tok[1] == logits[1].argmax()
     assert math.isclose(lp[1].item(), torch.log_softmax(logits[1], -1).max().item(), abs_tol=1e-5)
+
+
+def _logit_errors(device):
+    """Max |logprob error| at T = 0.1 of float_logits and of bf16-rounded logits, against float64."""
+    from rollout_bench.engine.model_runner import float_logits
+
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(256, 4096, bias=False).to(device, torch.bfloat16)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(4096, 256, generator=g) * 0.5)
+    h = torch.randn(8, 256, generator=g).to(device, torch.bfloat16)  # [n, hidden]
+    exact = torch.log_softmax(h.double() @ head.weight.double().t() / 0.1, -1)  # [n, V]
+    with torch.no_grad():
+        z = float_logits(head, h)
+        rounded = head(h).float()
+    assert z.dtype == torch.float32 and z.shape == (8, 4096)
+    err = lambda lg: (torch.log_softmax(lg.double() / 0.1, -1) - exact).abs().max().item()  # noqa: E731
+    return err(z), err(rounded)
+
+
+def test_float_logits_are_not_rounded_to_bf16():
+    """The engine's logits keep fp32 precision, as TRL's loss head does: at the GRPO temperature of
+    0.1 a bf16 rounding of logits of size ~10 moves the logprobs by tenths of a nat."""
+    ours, bf16 = _logit_errors("cpu")
+    assert ours < 1e-3 and bf16 > 0.05, (ours, bf16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_float_logits_on_cuda_use_an_fp32_output_matmul():
+    ours, bf16 = _logit_errors("cuda")
+    assert ours < 1e-3 and bf16 > 0.05, (ours, bf16)

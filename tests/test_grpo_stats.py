@@ -90,9 +90,14 @@ def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.0
     steps = [{"step": i + 1, "loss": l, "reward": -7.5 + i, "kl": k, "grad_norm": 0.5 + i, "step_wall_s": median,
               "n_completions": c, "completion_len": 16.0, "reward_std": 0.0, "mem_gb": None}
              for i, (l, k, c) in enumerate(zip(loss, kl, n))]
+    if backend == "flex":  # what TRL logs when its IS correction runs
+        for i, s in enumerate(steps):
+            s.update({"sampling/sampling_logp_difference/mean": 0.01 * (i + 1),
+                      "sampling/importance_sampling_ratio/mean": 1.0 - 0.01 * i})
     rec.update(steps=steps, median_step_s=median, train_wall_s=median * len(steps),
                peak_memory_gb={"allocated": None, "reserved": None}, optimizer="adamw_torch",
-               is_correction=backend == "flex", reward_sha256=reward_sha or rewards.source_sha256(),
+               is_correction=backend == "flex", is_mode="sequence_mask" if backend == "flex" else None,
+               reward_sha256=reward_sha or rewards.source_sha256(),
                grpo={"learning_rate": lr, "num_generations": 4, "device": "cpu", "options": {}})
     return path, stats.finish(rec, path)
 
@@ -157,6 +162,9 @@ def test_renderers(tmp_path):
     assert "| skipped |" in table and "0.50 |" in table
     train = report.training_table([ref, cand, skip])
     assert "| qwen3-tiny | flex | ok | 4 | 0.500 |" in train and "skipped: vllm cannot run here" in train
+    # per-step medians of the logged gap (0.01..0.04) and ratio (1.0..0.97)
+    assert "| sequence_mask: mean \\|Δlogp\\| 0.025, mean ratio 0.985 |" in train
+    assert "| adamw_torch | no |" in train
     df = report.trajectory_frame([ref, cand, skip])
     assert set(df.backend) == {"hf_generate", "flex"} and set(df.metric) == {"reward", "kl", "step_wall_s"}
     report.save_chart(report.trajectory_charts(df), tmp_path / "t.html", tmp_path / "t.svg")

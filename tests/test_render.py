@@ -25,3 +25,8 @@ def test_head_to_head_takes_each_sides_fastest_variant_and_says_what_is_missing(
     assert "| m | greedy | 0 | greedy | 1 | 64 | 1,500 | 1,000 | 1.50 | 20.0 | 120.0 |" in lines
     assert "| m | sweep | 0 | greedy | 1 | 8 | 300 | skipped |  | 10.0 |  |" in lines
     assert "| m | lora | 0 | greedy | 1 | 64 | not run | 900 |  |  | 10.0 |" in lines
+
+
+def test_head_to_head_without_either_backend_says_so():
+    df = pd.DataFrame([row("cb_sync", "greedy", 64, 800.0)])
+    assert render.head_to_head(df, "flex", "vllm") == "### flex / vllm\n\nNeither flex nor vllm is in these results.\n"

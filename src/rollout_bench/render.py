@@ -61,6 +61,8 @@ def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
     memory (the engine's reserved pool where it reports one, else torch's peak allocation)."""
     left, right = _best_ok(df, a), _best_ok(df, b)
     keys = sorted(set(left.index) | set(right.index))
+    if not keys:
+        return f"### {a} / {b}\n\nNeither {a} nor {b} is in these results.\n"
     lines = [f"### {a} / {b}", "",
              f"| model | case | LoRA r | sampling | n | batch | {a} tok/s | {b} tok/s | {a} / {b} "
              f"| {a} peak reserved GB | {b} peak reserved GB |",

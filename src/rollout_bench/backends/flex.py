@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import torch
 
+from ..engine.model_runner import float_logits
 from ..workload import Sampling
 from . import hf_model
 
@@ -109,19 +110,28 @@ def gate_prompts(vocab: int, page_size: int, seed: int = 0) -> list[list[int]]:
 
 
 @torch.no_grad()
+@torch.no_grad()
+def reference_logits(reference, ids: torch.Tensor) -> torch.Tensor:
+    """HF's logits for ids [1, T] -> [T, V] float32, projected like the engine's (fp32 output, no
+    rounding to bf16), so the gate compares the two forward passes and not two roundings."""
+    lm = reference.get_base_model() if hasattr(reference, "get_base_model") else reference  # PEFT-wrapped or not
+    h = lm.model(input_ids=ids).last_hidden_state[0]  # [T, hidden], after the final norm
+    return float_logits(lm.lm_head, h)
+
+
 def check(engine, reference, prompts: list[list[int]], new_tokens: int, tol: float) -> dict:
     """Engine vs HF `reference` on the same weights: first-token logits, then greedy tokens judged
     step by step against the reference's logits on the engine's own continuation (teacher forcing),
     so one near-tie cannot cascade into a whole divergent tail."""
     dev = reference.device
     got = engine.prompt_logits(prompts)
-    ref = torch.stack([reference(torch.tensor([p], device=dev)).logits[0, -1].float() for p in prompts])
+    ref = torch.stack([reference_logits(reference, torch.tensor([p], device=dev))[-1] for p in prompts])
     diff = (got - ref).abs().max().item()
     outs = engine.generate(prompts, Sampling(), new_tokens, ignore_eos=True)
     exact, ties, mismatches = 0, [], []
     for i, (p, out) in enumerate(zip(prompts, outs)):
         toks = torch.tensor(out.token_ids, device=dev)
-        logits = reference(torch.tensor([p + out.token_ids], device=dev)).logits[0, len(p) - 1:-1].float()  # [T, V]
+        logits = reference_logits(reference, torch.tensor([p + out.token_ids], device=dev))[len(p) - 1:-1]  # [T, V]
         top2 = logits.topk(2, -1).values  # [T, 2]
         chosen = logits.gather(1, toks[:, None])[:, 0]
         for t in range(len(toks)):

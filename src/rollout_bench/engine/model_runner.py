@@ -100,6 +100,21 @@ def prefill_block_mask(doc_start: torch.Tensor, q_block: int, kv_block: int, mas
                                     mask_mod=mask_mod, seq_lengths=(Tp, Tp), compute_q_blocks=False)
 
 
+def float_logits(head: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
+    """h [n, hidden] -> logits [n, V] in float32, never rounded to the weights' dtype.
+
+    TRL's loss head computes the trainer's logprobs this way (fp32 output of a bf16 matmul). A bf16
+    rounding of the logits (an error of up to 0.03 at |z| = 8) becomes ten times that logprob error at the GRPO
+    sampling temperature of 0.1, which TRL's importance-sampling correction then reads as off-policy."""
+    if h.dtype == torch.float32:
+        return head(h)
+    if h.is_cuda:
+        z = torch.mm(h, head.weight.t(), out_dtype=torch.float32)
+    else:  # mm's out_dtype is CUDA-only; fp32 products of bf16 inputs are exact, only the sum order differs
+        z = h.float() @ head.weight.float().t()
+    return z if head.bias is None else z + head.bias.float()
+
+
 class ModelRunner:
     def __init__(self, model, cfg: EngineConfig, fuse: bool = False):
         """fuse: re-lay q/k/v and gate/up weights as fused tensors (fused.py); the caller decides,
@@ -216,7 +231,7 @@ class ModelRunner:
             o = self.attn_prefill(q, k, v, mask, self.scale, self.prefill_opts)
             h = self.post(layer, h, o, w_gu)
         h = h[0, torch.tensor(last, device=dev)]  # [n, hidden]
-        return self.lm.lm_head(self.lm.model.norm(h)).float()
+        return float_logits(self.lm.lm_head, self.lm.model.norm(h))
 
     # decode
     def _decode_inputs(self, b: int) -> tuple[BlockMask, torch.Tensor]:
@@ -246,7 +261,7 @@ class ModelRunner:
             v_cache.index_copy_(2, addr, v.transpose(0, 2))
             o = self.attn_decode(q, k_cache, v_cache, mask, self.scale, self.decode_opts)
             h = self.post(layer, h, o, w_gu)
-        logits = self.lm.lm_head(self.lm.model.norm(h[:, 0])).float()  # [b, V]
+        logits = float_logits(self.lm.lm_head, self.lm.model.norm(h[:, 0]))  # [b, V]
         params = sampler.Params(self.temp[:b], self.top_k[:b], self.top_p[:b], self.min_p[:b], self.seed[:b])
         tok, lp = sampler.sample(logits, params, pos + 1, how, self.cfg.sampler_topk_cap)
         col = self.step_i.expand(b, 1)

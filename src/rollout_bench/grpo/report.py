@@ -55,12 +55,28 @@ def equivalence_table(comparison_paths) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _step_median(r: dict, key: str):
+    vals = [s[key] for s in r["steps"] if isinstance(s.get(key), (int, float))]
+    return statistics.median(vals) if vals else None
+
+
+def _is_cell(r: dict) -> str:
+    """'no', or the IS mode with the per-step medians of the sampler-vs-trainer logprob gap and IS ratio."""
+    if not r.get("is_correction"):
+        return "no"
+    gap = _step_median(r, "sampling/sampling_logp_difference/mean")
+    ratio = _step_median(r, "sampling/importance_sampling_ratio/mean")
+    return f"{r.get('is_mode')}: mean \\|Δlogp\\| {_fmt(gap)}, mean ratio {_fmt(ratio)}"
+
+
 def training_table(stats_paths) -> str:
     """Backend rows: median step, train wall, peak memory, optimizer, IS correction, step-time breakdown."""
     recs = _load(stats_paths)
     phase_cols = " | ".join(f"{p} s" for p in PHASES)
     lines = ["Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians of "
-             "exclusive time (time/<phase>_s in the stats).", "",
+             "exclusive time (time/<phase>_s in the stats). IS correction: TRL's importance-sampling mode, "
+             "with per-step medians of the mean |sampler logprob - trainer logprob| per token and of the "
+             "mean IS ratio (a sequence mode multiplies the per-token ratios over the whole completion).", "",
              f"| model | backend | status | steps | median step s | train wall s | peak alloc GB | optimizer "
              f"| IS correction | {phase_cols} |",
              "|---|---|---|--:|--:|--:|--:|---|---|" + "--:|" * len(PHASES)]
@@ -72,7 +88,7 @@ def training_table(stats_paths) -> str:
         med = [_fmt(statistics.median(s.get(f"time/{p}_s") or 0.0 for s in r["steps"]), ".3f") for p in PHASES]
         lines.append(head + f"| ok | {len(r['steps'])} | {_fmt(r['median_step_s'], '.3f')} "
                             f"| {_fmt(r['train_wall_s'], '.1f')} | {_fmt(r['peak_memory_gb'].get('allocated'), '.2f')} "
-                            f"| {r.get('optimizer', '')} | {'yes' if r.get('is_correction') else 'no'} "
+                            f"| {r.get('optimizer', '')} | {_is_cell(r)} "
                             f"| {' | '.join(med)} |")
     return "\n".join(lines) + "\n"
 
