@@ -80,7 +80,7 @@ def test_spec_from_workload_and_batch_invariant():
 # ---- compare() and the renderers on synthetic stats files -------------------------------------------------------
 
 def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.002, 0.003, 0.002),
-                 n=(4, 4, 4, 4), median=1.0, reward_sha=None, status="ok", lr=5e-6):
+                 n=(4, 4, 4, 4), median=1.0, reward_sha=None, status="ok", lr=5e-6, moved=0.01):
     wl = {"lora_rank": 32, "num_generations": 4, "sampling": {"temperature": 0.1}, "ignore_eos": False,
           "max_new_tokens": 16}
     rec = stats.base("train", backend=backend, variant="default", model="qwen3-tiny", workload=wl)
@@ -96,6 +96,7 @@ def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.0
                       "sampling/importance_sampling_ratio/mean": 1.0 - 0.01 * i})
     rec.update(steps=steps, median_step_s=median, train_wall_s=median * len(steps),
                peak_memory_gb={"allocated": None, "reserved": None}, optimizer="adamw_torch",
+               optimizer_params=64, adapter_update_norm=moved,
                is_correction=backend == "flex", is_mode="sequence_mask" if backend == "flex" else None,
                reward_sha256=reward_sha or rewards.source_sha256(),
                grpo={"learning_rate": lr, "num_generations": 4, "device": "cpu", "options": {}})
@@ -134,6 +135,7 @@ def test_compare_equivalent_runs(tmp_path):
     ({"n": (4, 4, 8, 4)}, "completion_counts"),
     ({"reward_sha": "0" * 64}, "reward_code"),
     ({"lr": 1e-5}, "hyperparameters"),
+    ({"moved": 0.0}, "adapter_trained"),  # an optimizer without the LoRA parameters: nothing learned
 ])
 def test_compare_gate_failures(tmp_path, change, failing):
     ref, _ = _train_stats(tmp_path, "hf_generate")

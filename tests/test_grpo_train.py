@@ -8,7 +8,7 @@ import torch
 from rollout_bench import stats
 from rollout_bench.grpo import availability, compare, driver, flex_rollout, job, report
 from rollout_bench.grpo.config import LORA_TARGETS, TrainSpec
-from rollout_bench.workload import SAMPLING_PRESETS
+from rollout_bench.workload import SAMPLING_PRESETS, Sampling
 
 STEPS = 3
 WORKLOAD = {"lora_rank": 32, "lora_alpha": 64, "num_generations": 4, "max_new_tokens": 16, "ignore_eos": False,
@@ -55,6 +55,9 @@ def test_three_step_run_writes_the_stats_contract(run, backend):
         assert s["loss"] is not None and "rewards/check_answer/mean" in s and "entropy" in s
         assert s["time/rollout_s"] > 0 and s["time/backward_s"] > 0 and s["time/logprobs_s"] > 0
     assert rec["steps"][1]["learning_rate"] > 0  # warm-up is ceil(0.1 * 3) = 1 step
+    # the optimizer holds the LoRA (2 layers x 7 projections x (A + B), r=32) and moved it
+    per_layer = [(64, 64), (64, 32), (64, 32), (64, 64), (64, 128), (64, 128), (128, 64)]  # q k v o gate up down
+    assert rec["optimizer_params"] == 2 * sum(32 * (i + o) for i, o in per_layer) and rec["adapter_update_norm"] > 0
     assert rec["median_step_s"] > 0 and rec["median_step_window"] == [1, 3]  # fewer than 4 steps: all of them
     assert rec["optimizer"] in ("adamw_torch", "adamw_8bit") and rec["optimizer"] == rec["optimizer_requested"]
     assert rec["is_correction"] is False and rec["grpo"]["max_grad_norm"] == 1.0 and rec["grpo"]["beta"] > 0
@@ -86,6 +89,9 @@ def test_flex_real_engine(run):
     out, rec = run("flex")
     assert rec["status"] == "ok", rec["reason"]
     assert rec["is_correction"] and rec["engine"]["lora_refreshes"] == STEPS
+    assert rec["optimizer_params"] > 0 and rec["adapter_update_norm"] > 0
+    # the engine adds only the merged copy; the base it reads is the trainer's
+    assert "shared_weights_gb" in rec["engine"]
     for s in rec["steps"]:
         assert s["time/lora_refresh_s"] > 0 and s["n_completions"] == 4
         # the engine's logprobs are what TRL recomputes with the trained adapter: IS ratio ~ 1
@@ -99,10 +105,11 @@ class ReferenceEngine:
     """The flex engine's API (generate / refresh_lora) on plain HF: merged-LoRA copy of the base, HF sampling,
     logprob = log_softmax(logits / temperature) of each sampled token, which is what TRL recomputes."""
 
-    def __init__(self, model_dir, spec, max_prompt_len, adapter_dir):
+    def __init__(self, peft_model, spec, max_prompt_len):
         from transformers import AutoModelForCausalLM
 
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+        # its own copy of the trainer's base, from disk: a deepcopy would carry TRL's patched LM head
+        self.model = AutoModelForCausalLM.from_pretrained(peft_model.get_base_model().name_or_path).eval()
         self.pristine = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.calls, self.refreshes = [], []
 
@@ -229,10 +236,25 @@ def test_unsloth_driver_wiring_with_a_stand_in_module(grpo_assets, monkeypatch):
     assert run.info["trainer_class"].endswith("GRPOTrainer")
 
 
-def test_flex_rollout_engine_keeps_its_pristine_base_beside_the_merged_copy(grpo_assets):
-    """GRPO refreshes the merged copy every step, so its pristine base stays on the engine's device
-    (a generation job's engine keeps it in host memory instead)."""
+def test_flex_rollout_engine_shares_the_trainers_base_as_its_pristine_copy(grpo_assets):
+    """The engine's pristine base is the trainer's frozen base (same tensors, never written, on the
+    trainer's device); it adds only the merged copy, which equals base + scaling * B @ A."""
+    from peft import get_peft_model
+
     spec = TrainSpec.from_workload(WORKLOAD)
-    engine = flex_rollout.build_engine(grpo_assets["model"], spec, 64, grpo_assets["lora"])
+    model, cfg = driver.load_policy(grpo_assets["model"], grpo_assets["lora"], spec)
+    peft_model = get_peft_model(model, cfg)
+    peft_model.base_model.model.enable_input_require_grads()  # what gradient checkpointing installs
+    driver.load_adapter_weights(peft_model, grpo_assets["lora"])
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
+    engine = flex_rollout.build_engine(peft_model, spec, 64)
     assert engine.config.pristine_on_host is False and engine.lora is not None
-    assert all(w.device == engine.runner.device for w in engine.lora.pristine.values())
+    q = peft_model.base_model.model.model.layers[0].self_attn.q_proj
+    assert engine.lora.pristine["model.layers.0.self_attn.q_proj"] is q.base_layer.weight
+    merged = q.base_layer.weight + 2.0 * q.lora_B["default"].weight @ q.lora_A["default"].weight
+    torch.testing.assert_close(engine.lora.live["model.layers.0.self_attn.q_proj"], merged)
+    mem = engine.memory()
+    assert mem["weights_gb"] == round(engine.lora.nbytes / 1e9, 3) and mem["shared_weights_gb"] > 0
+    engine.generate([[1, 2, 3]], Sampling(), 4)
+    assert all(torch.equal(p, before[n]) for n, p in peft_model.named_parameters())
+    assert any(p.requires_grad for p in peft_model.parameters())  # the trainer's LoRA stays trainable

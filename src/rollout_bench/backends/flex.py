@@ -50,7 +50,7 @@ def build_engine(spec):
 
     cfg = engine_config(spec)
     if spec.variant == "peft_unmerged":
-        return Engine(hf_model.load_model(spec), replace(cfg, lora_merge=False))
+        return Engine(hf_model.load_model(spec), replace(cfg, lora_merge=False), owns_weights=True)
     return Engine.from_pretrained(spec.model_dir, cfg, adapter_dir=spec.adapter_dir, device=spec.device,
                                   dtype=getattr(torch, spec.dtype))
 

@@ -39,6 +39,9 @@ class Engine:
         projections (values unchanged; the modules' weights become views).
         """
         config = config or EngineConfig()
+        self.owns_weights = owns_weights
+        if owns_weights:  # inference only; a model it shares (a trainer's) keeps its flags
+            model.requires_grad_(False)
         adapter = peft_adapter(model)
         if adapter and config.lora_merge and not config.lora_targets:
             config = replace(config, lora_targets=adapter[0])
@@ -222,10 +225,14 @@ class Engine:
 
     def memory(self) -> dict:
         """What the engine holds itself on its device: the KV pool plus weights (pristine + merged
-        copy); a pristine base offloaded to host memory is reported beside it."""
+        copy); a pristine base offloaded to host memory is reported beside it. On a model it does
+        not own (a trainer's), only the merged copy is its own: the rest is `shared_weights_gb`."""
         kv, weights = self.runner.kv.nbytes, self.weight_bytes()
-        out = {"reserved": round((kv + weights) / 1e9, 3), "kv_pool_gb": round(kv / 1e9, 3),
-               "weights_gb": round(weights / 1e9, 3)}
+        shared = 0 if self.owns_weights else weights - (self.lora.nbytes if self.lora else 0)
+        out = {"reserved": round((kv + weights - shared) / 1e9, 3), "kv_pool_gb": round(kv / 1e9, 3),
+               "weights_gb": round((weights - shared) / 1e9, 3)}
+        if not self.owns_weights:
+            out["shared_weights_gb"] = round(shared / 1e9, 3)
         if self.runner.device.type != "cpu":
             out["host_weights_gb"] = round(self.weight_bytes("cpu") / 1e9, 3)
         return out

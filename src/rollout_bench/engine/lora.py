@@ -80,7 +80,11 @@ class DoubleCopy:
             if is_lora_layer(mod):
                 parent, _, child = name.rpartition(".")
                 setattr(self.model.get_submodule(parent), child, mod.base_layer)
-        self.model.requires_grad_(False)
+        for name in names:  # the copy's own tensors only: shared ones stay as their owner (a trainer) set them
+            self.model.get_submodule(name).weight.requires_grad_(False)
+        for mod in self.model.modules():  # a trainer's hooks (e.g. input-grad for checkpointing) stay with it
+            mod._forward_hooks.clear()
+            mod._forward_pre_hooks.clear()
         self.pristine = pristine
         for name, w in self.live.items():
             assert w.data_ptr() != pristine[name].data_ptr()

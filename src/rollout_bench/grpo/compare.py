@@ -3,8 +3,9 @@
 On random weights the completions are noise, so matching rewards or losses is not the test (two
 backends sample different tokens from the same near-greedy distribution). Equivalence here means:
 both runs have a finite loss at every step, their KL stays non-negative and within a bounded range
-of the reference's, they ran the identical reward code and hyper-parameters, and they produced the
-same number of completions at every step. The |diff| figures are reported beside the gate.
+of the reference's, both optimizers held the LoRA parameters and moved them, they ran the identical
+reward code and hyper-parameters, and they produced the same number of completions at every step.
+The |diff| figures are reported beside the gate.
 """
 import math
 import statistics
@@ -72,6 +73,12 @@ def gate(ref: dict, cand: dict, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL
     same_code = ref.get("reward_sha256") is not None and ref.get("reward_sha256") == cand.get("reward_sha256")
     checks["reward_code"] = _check(same_code, f"rewards.py sha256 {str(ref.get('reward_sha256'))[:12]} vs "
                                               f"{str(cand.get('reward_sha256'))[:12]}")
+
+    moved = {name: (r.get("optimizer_params"), r.get("adapter_update_norm"))
+             for name, r in (("ref", ref), ("cand", cand))}
+    checks["adapter_trained"] = _check(all(n and u for n, u in moved.values()), "; ".join(
+        f"{name}: optimizer over {n} parameters, LoRA moved by {u:.3g}" if n is not None and u is not None
+        else f"{name}: optimizer parameters and LoRA update not recorded" for name, (n, u) in moved.items()))
 
     hp = lambda r: {k: v for k, v in (r.get("grpo") or {}).items() if k not in NOT_COMPARED}  # noqa: E731
     differs = sorted(k for k in set(hp(ref)) | set(hp(cand)) if hp(ref).get(k) != hp(cand).get(k))

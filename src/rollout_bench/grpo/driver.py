@@ -73,7 +73,9 @@ def load_policy(model_dir: str, adapter_dir: str | None, spec: TrainSpec):
     if adapter_dir and spec.kl_reference == "adapter":
         return PeftModel.from_pretrained(model, adapter_dir, is_trainable=True), None
     if adapter_dir:
-        return model, PeftConfig.from_pretrained(adapter_dir)
+        # a saved adapter's config says inference_mode=True: get_peft_model would then freeze the new
+        # LoRA, Trainer would build its optimizer over no parameters, and the adapter would never move
+        return model, dataclasses.replace(PeftConfig.from_pretrained(adapter_dir), inference_mode=False)
     return model, LoraConfig(r=spec.lora_rank, lora_alpha=spec.lora_alpha, target_modules=list(LORA_TARGETS),
                              lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
 
@@ -121,7 +123,8 @@ def cpu_cb_config(spec: TrainSpec, max_prompt_len: int) -> dict:
 
 def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | None, dataset_dir: str,
           steps: int, dataset_limit: int | None = None, engine_factory=None) -> Run:
-    """`engine_factory(model_dir, spec, max_prompt_len, adapter_dir)` builds the flex engine (default: ours)."""
+    """`engine_factory(peft_model, spec, max_prompt_len)` builds the flex engine on the trainer's
+    model once its adapter is loaded (default: ours, flex_rollout.build_engine)."""
     from transformers import set_seed
     from trl import GRPOTrainer
 
@@ -142,8 +145,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
     if backend == "flex":
         # rollout_func is marked experimental in TRL 1.15; the warning would repeat in every flex job log
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        engine = (engine_factory or flex_rollout.build_engine)(model_dir, spec, max_prompt_len, adapter_dir)
-        rollout = flex_rollout.FlexRollout(engine, spec, clock)
+        rollout = flex_rollout.FlexRollout(None, spec, clock)  # the engine follows the trainer's model
 
     with tempfile.TemporaryDirectory(prefix="grpo-") as workdir:
         if backend == "vllm":
@@ -158,17 +160,24 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
                               callbacks=[stats_cb], rollout_func=rollout)
         if adapter_dir and peft_config is not None:
             load_adapter_weights(trainer.model, adapter_dir)
+        if rollout is not None:
+            rollout.engine = (engine_factory or flex_rollout.build_engine)(
+                trainer.accelerator.unwrap_model(trainer.model), spec, max_prompt_len)
         clock.install(trainer)
         is_correction = backend == "vllm" and args.vllm_importance_sampling_correction
         if backend == "flex" and spec.importance_sampling:
             flex_rollout.enable_importance_sampling(trainer)
             is_correction = True
 
+        policy = trainer.accelerator.unwrap_model(trainer.model)
+        adapter_start = {k: v.clone() for k, v in flex_rollout.adapter_state(policy).items()}
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         trainer.train()
         train_wall = time.perf_counter() - t0
+        adapter_end = flex_rollout.adapter_state(policy)
+        optimized = sum(p.numel() for g in trainer.optimizer.param_groups for p in g["params"])
 
     step_records = merge(stats_cb.records(), clock.steps)
     info = {
@@ -186,10 +195,20 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
                  "steps_per_generation": args.steps_per_generation, "shared_adapter": bool(adapter_dir)},
         "logprob_head": logprob_head,
         "trl_summary": stats_cb.summary,
+        # what training changed: a run whose optimizer holds no LoRA parameters still logs a loss,
+        # a KL and a grad norm, so these two are the evidence that the adapter learned
+        "optimizer_params": optimized,
+        "adapter_update_norm": update_norm(adapter_start, adapter_end),
     }
     if rollout is not None:
         info["engine"] = {"lora_refreshes": rollout.refreshes, **getattr(rollout.engine, "memory", dict)()}
     return Run(step_records, round(train_wall, 4), peak_memory(step_records), info)
+
+
+def update_norm(start: dict[str, torch.Tensor], end: dict[str, torch.Tensor]) -> float:
+    """L2 norm of the change of every adapter tensor between two snapshots."""
+    assert start.keys() == end.keys(), sorted(set(start) ^ set(end))[:3]
+    return math.sqrt(sum(float((end[k].float() - start[k].float()).pow(2).sum()) for k in start))
 
 
 def merge(records: list[dict], phases: dict[int, dict]) -> list[dict]:

@@ -91,18 +91,18 @@ def enable_importance_sampling(trainer) -> None:
     trainer._last_loaded_step = -1
 
 
-def build_engine(model_dir: str, spec, max_prompt_len: int, adapter_dir: str | None = None):
-    """The engine on its own copy of the base weights (a pristine base plus the merged inference copy),
+def build_engine(model, spec, max_prompt_len: int):
+    """The engine on the trainer's PeftModel: its frozen base weights are the pristine base (shared,
+    never written), and the engine adds only the merged inference copy of the LoRA-targeted weights,
     sized for one generation batch; `spec.options["engine"]` overrides any EngineConfig field."""
     from ..engine import Engine, EngineConfig
-    from .config import LORA_TARGETS
 
     config = EngineConfig.from_options(
         spec.options.get("engine", {}),
         max_batch=spec.batch_size * spec.gradient_accumulation_steps,
         max_seq_len=max_prompt_len + spec.max_completion_length,
-        lora_targets=() if adapter_dir else LORA_TARGETS,
-        # refresh() runs every step here: a pristine base in host memory would stream in each time
+        # the base belongs to the trainer: it cannot move to host memory
         pristine_on_host=False)
-    return Engine.from_pretrained(model_dir, config, adapter_dir=adapter_dir, device=spec.device,
-                                  dtype=getattr(torch, spec.dtype))
+    engine = Engine(model, config)
+    assert engine.lora is not None, "the flex rollout needs the trainer's LoRA adapter (a PeftModel)"
+    return engine

@@ -13,9 +13,10 @@ EQUIVALENCE_CAPTION = (
     "tokens and their rewards and losses differ for that reason alone; the |diff| columns measure that, "
     "they are not the test. A backend is equivalent to the reference when every step has a finite loss, "
     "its KL stays non-negative and within the bound (the larger of an absolute floor and a multiple of "
-    "the reference's largest KL), it ran the identical reward code (rewards.py sha256) and "
-    "hyper-parameters, and it produced the same number of completions at every step. Step-time ratio = "
-    "candidate median step / reference median step (steps 4..N)."
+    "the reference's largest KL), both runs' optimizers held the LoRA parameters and moved them, it ran "
+    "the identical reward code (rewards.py sha256) and hyper-parameters, and it produced the same number "
+    "of completions at every step. Step-time ratio = candidate median step / reference median step "
+    "(steps 4..N)."
 )
 CHART_METRICS = {"reward": "mean reward", "kl": "KL to reference", "step_wall_s": "step wall (s)"}
 
