@@ -157,11 +157,13 @@ def test_bf16_sampling_logprobs_match_the_trainers_at_grpo_temperature():
     model = random_model.build("qwen3-tiny", seed=0).to(torch.bfloat16)
     prompts = make_prompts(4, seed=1)
     sampling = Sampling(temperature=0.1, top_p=0.97, top_k=5, min_p=0.5, seed=3407)
-    engine = Engine(model, EngineConfig(max_batch=4, max_seq_len=128, page_size=PAGE, cuda_graphs=False, compile=False))
+    engine = Engine(model, EngineConfig(max_batch=4, max_seq_len=128, page_size=PAGE, cuda_graphs=False,
+                                        compile=False))
     gaps = []
     with torch.no_grad():
         for p, out in zip(prompts, engine.generate(prompts, sampling, 48, ignore_eos=True)):
-            h = model.model(input_ids=torch.tensor([p + out.token_ids])).last_hidden_state[0, len(p) - 1:-1]  # [T, H]
+            ids = torch.tensor([p + out.token_ids])  # [1, P + T]
+            h = model.model(input_ids=ids).last_hidden_state[0, len(p) - 1:-1]  # [T, H]
             z = h.float() @ model.lm_head.weight.float().t()  # [T, V]
             trainer = torch.log_softmax(z / 0.1, -1).gather(1, torch.tensor(out.token_ids)[:, None])[:, 0]
             gaps.append((torch.tensor(out.logprobs) - trainer).abs())

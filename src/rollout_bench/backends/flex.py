@@ -110,7 +110,6 @@ def gate_prompts(vocab: int, page_size: int, seed: int = 0) -> list[list[int]]:
 
 
 @torch.no_grad()
-@torch.no_grad()
 def reference_logits(reference, ids: torch.Tensor) -> torch.Tensor:
     """HF's logits for ids [1, T] -> [T, V] float32, projected like the engine's (fp32 output, no
     rounding to bf16), so the gate compares the two forward passes and not two roundings."""
@@ -119,6 +118,7 @@ def reference_logits(reference, ids: torch.Tensor) -> torch.Tensor:
     return float_logits(lm.lm_head, h)
 
 
+@torch.no_grad()
 def check(engine, reference, prompts: list[list[int]], new_tokens: int, tol: float) -> dict:
     """Engine vs HF `reference` on the same weights: first-token logits, then greedy tokens judged
     step by step against the reference's logits on the engine's own continuation (teacher forcing),
