@@ -160,16 +160,15 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
                               callbacks=[stats_cb], rollout_func=rollout)
         if adapter_dir and peft_config is not None:
             load_adapter_weights(trainer.model, adapter_dir)
+        policy = trainer.accelerator.unwrap_model(trainer.model)
         if rollout is not None:
-            rollout.engine = (engine_factory or flex_rollout.build_engine)(
-                trainer.accelerator.unwrap_model(trainer.model), spec, max_prompt_len)
+            rollout.engine = (engine_factory or flex_rollout.build_engine)(policy, spec, max_prompt_len)
         clock.install(trainer)
         is_correction = backend == "vllm" and args.vllm_importance_sampling_correction
         if backend == "flex" and spec.importance_sampling:
             flex_rollout.enable_importance_sampling(trainer)
             is_correction = True
 
-        policy = trainer.accelerator.unwrap_model(trainer.model)
         adapter_start = {k: v.clone() for k, v in flex_rollout.adapter_state(policy).items()}
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
