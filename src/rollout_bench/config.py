@@ -179,9 +179,7 @@ def job_workload(cfg: dict, model: str, backend: str, case_name: str, batch_size
     n = case["num_generations"]
     sampling = Sampling.from_config(case["sampling"], seed=wl["sampling_seed"])
     gpu = cfg["profile"] == "gpu"
-    dtype = wl["dtype"]
-    if dtype == "auto":
-        dtype = _model_dtype(model) if gpu else "float32"
+    dtype = workload_dtype(cfg, model)
     return {
         "model": model,
         "case": case_name,
@@ -231,9 +229,7 @@ def train_workload(cfg: dict, model: str, backend: str) -> dict:
     """The resolved GRPO workload of one training job (grpo.config.TrainSpec reads it)."""
     tr = cfg["train"]
     gpu = cfg["profile"] == "gpu"
-    dtype = cfg["workload"]["dtype"]
-    if dtype == "auto":
-        dtype = _model_dtype(model) if gpu else "float32"
+    dtype = workload_dtype(cfg, model)
     return {
         "model": model,
         "lora_rank": cfg["lora"]["rank"],
@@ -253,10 +249,16 @@ def train_workload(cfg: dict, model: str, backend: str) -> dict:
 def autotune_workload(cfg: dict, model: str) -> dict:
     """What the autotune job of `model` needs from the workload (the flex jobs' shapes and dtype)."""
     wl = cfg["workload"]
-    dtype = wl["dtype"]
+    return {"prompt_tokens": wl["prompt_tokens"], "max_new_tokens": wl["max_new_tokens"],
+            "dtype": workload_dtype(cfg, model)}
+
+
+def workload_dtype(cfg: dict, model: str) -> str:
+    """workload.dtype, with "auto" resolved: the model config's dtype on the GPU profile, float32 on CPU."""
+    dtype = cfg["workload"]["dtype"]
     if dtype == "auto":
-        dtype = _model_dtype(model) if cfg["profile"] == "gpu" else "float32"
-    return {"prompt_tokens": wl["prompt_tokens"], "max_new_tokens": wl["max_new_tokens"], "dtype": dtype}
+        return _model_dtype(model) if cfg["profile"] == "gpu" else "float32"
+    return dtype
 
 
 def _model_dtype(model: str) -> str:

@@ -78,7 +78,8 @@ class Generator:
                               "weights_on_host": mem.get("host_weights_gb", 0.0)},
                 "num_pages": self.engine.runner.pages.num_pages,
                 "page_size": cfg.page_size, "buckets": list(self.engine.runner.buckets),
-                "cuda_graphs": self.engine.runner.graphs_on, "fused_projections": self.engine.runner.fused[0][0] is not None,
+                "cuda_graphs": self.engine.runner.graphs_on,
+                "fused_projections": self.engine.runner.fused[0][0] is not None,
                 "decode_kernel_options": dict(cfg.decode_kernel_options),
                 "last_round": getattr(self, "last_call", None)}
 

@@ -104,8 +104,9 @@ def float_logits(head: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
     """h [n, hidden] -> logits [n, V] in float32, never rounded to the weights' dtype.
 
     TRL's loss head computes the trainer's logprobs this way (fp32 output of a bf16 matmul). A bf16
-    rounding of the logits (an error of up to 0.03 at |z| = 8) becomes ten times that logprob error at the GRPO
-    sampling temperature of 0.1, which TRL's importance-sampling correction then reads as off-policy."""
+    rounding of the logits (an error of up to 0.03 at |z| = 8) becomes ten times that logprob error
+    at the GRPO sampling temperature of 0.1, which TRL's importance-sampling correction then reads as
+    off-policy."""
     if h.dtype == torch.float32:
         return head(h)
     if h.is_cuda:
