@@ -162,6 +162,7 @@ def test_renderers(tmp_path):
     table = report.equivalence_table([c1, c2])
     assert table.startswith("Equivalence on random weights.") and "| qwen3-tiny | hf_generate | flex | yes |" in table
     assert "| skipped |" in table and "0.50 |" in table
+    assert report.equivalence_table([]).endswith("No comparisons in these results (one backend ran).\n")
     train = report.training_table([ref, cand, skip])
     assert "| qwen3-tiny | flex | ok | 4 | 0.500 |" in train and "skipped: vllm cannot run here" in train
     # per-step medians of the logged gap (0.01..0.04) and ratio (1.0..0.97)

@@ -35,6 +35,8 @@ def _load(paths) -> list[dict]:
 
 def equivalence_table(comparison_paths) -> str:
     rows = _load(comparison_paths)
+    if not rows:
+        return EQUIVALENCE_CAPTION + "\n\nNo comparisons in these results (one backend ran).\n"
     lines = [EQUIVALENCE_CAPTION, "",
              "| model | reference | candidate | equivalent | max \\|Δloss\\| | max \\|Δreward\\| (mean) "
              "| max \\|ΔKL\\| | max \\|Δgrad_norm\\| | KL range ref / cand | step-time ratio | notes |",
