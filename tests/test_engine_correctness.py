@@ -169,3 +169,22 @@ def test_bf16_sampling_logprobs_match_the_trainers_at_grpo_temperature():
             gaps.append((torch.tensor(out.logprobs) - trainer).abs())
     gap = torch.cat(gaps)
     assert gap.mean() < 1e-3 and gap.max() < 0.02, (gap.mean(), gap.max())
+
+
+def test_processed_logprobs_option_changes_only_what_is_reported():
+    """EngineConfig.logprobs="processed" (vLLM's logprobs as TRL requests them), on the prefill's first
+    token and every decode step: same tokens, logprobs renormalised over the kept tokens (>= policy's)."""
+    model = random_model.build("qwen3-tiny", seed=0)
+    prompts = make_prompts(4, seed=1)
+    sampling = Sampling(temperature=0.7, top_p=0.9, top_k=8, min_p=0.05, seed=3407)
+    outs = {}
+    for kind in ("policy", "processed"):
+        engine = small_engine(model, cuda_graphs=False, compile=False, logprobs=kind)
+        outs[kind] = engine.generate(prompts, sampling, 16, ignore_eos=True)
+    for pol, proc in zip(outs["policy"], outs["processed"]):
+        assert pol.token_ids == proc.token_ids
+        a, b = torch.tensor(pol.logprobs), torch.tensor(proc.logprobs)  # [T]
+        assert torch.all(b >= a - 1e-5) and torch.all(b <= 1e-6)
+    gained = torch.cat([torch.tensor(q.logprobs) - torch.tensor(p.logprobs)
+                        for p, q in zip(outs["policy"], outs["processed"])])
+    assert (gained > 1e-3).float().mean() > 0.5  # top-k 8 of 4096 random logits leaves most mass out

@@ -107,6 +107,33 @@ def test_greedy_rows_inside_a_sampled_batch():
     assert math.isclose(lp[1].item(), torch.log_softmax(logits[1], -1).max().item(), abs_tol=1e-5)
 
 
+@pytest.mark.parametrize("how", ["topk", "full"])
+def test_processed_logprobs_are_renormalised_over_the_kept_tokens(how):
+    """vLLM's processed logprobs (TRL's logprobs_mode): log of the drawn token's probability in the
+    filtered distribution; the policy logprob minus log(kept mass). Greedy rows keep the policy's."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 200, generator=g) * 3
+    p = params(6, temperature=0.7, top_k=8, top_p=0.9, min_p=0.05)
+    p.temperature[2] = 0.0
+    pos = torch.arange(6)
+    tok, policy = sample(logits, p, pos, how, 64)
+    tok2, processed = sample(logits, p, pos, how, 64, processed=True)
+    assert torch.equal(tok, tok2)  # the draw does not depend on what is reported
+    for i in range(6):
+        t = p.temperature[i].item() or 1.0
+        z = logits[i] / t
+        kept = torch.zeros(200, dtype=torch.bool)
+        order = z.argsort(descending=True)[:8]  # top-k, then top-p over its renormalised mass, then min-p
+        probs = torch.softmax(z[order], -1)
+        order = order[(probs.cumsum(-1) - probs) < 0.9]
+        kept[order[z[order] >= z.max() + math.log(0.05)]] = True
+        assert kept[tok[i]] or i == 2
+        want = z[tok[i]] - (torch.logsumexp(z, -1) if i == 2 else torch.logsumexp(z[kept], -1))
+        assert math.isclose(processed[i].item(), want.item(), abs_tol=1e-5), i
+    assert torch.all(processed >= policy - 1e-6) and processed[2] == policy[2]
+    assert torch.any(processed > policy + 1e-3)
+
+
 def _logit_errors(device):
     """Max |logprob error| at T = 0.1 of float_logits and of bf16-rounded logits, against float64."""
     from rollout_bench.engine.model_runner import float_logits

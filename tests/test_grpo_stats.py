@@ -167,6 +167,9 @@ def test_renderers(tmp_path):
     assert "| qwen3-tiny | flex | ok | 4 | 0.500 |" in train and "skipped: vllm cannot run here" in train
     # per-step medians of the logged gap (0.01..0.04) and ratio (1.0..0.97)
     assert "| sequence_mask: mean \\|Δlogp\\| 0.025, mean ratio 0.985 |" in train
+    rec = json.loads(cand.read_text())
+    cand.write_text(json.dumps({**rec, "sampler_logprobs": "processed"}))
+    assert "| sequence_mask (processed logprobs): mean \\|Δlogp\\|" in report.training_table([cand])
     assert "| adamw_torch | no |" in train
     df = report.trajectory_frame([ref, cand, skip])
     assert set(df.backend) == {"hf_generate", "flex"} and set(df.metric) == {"reward", "kl", "step_wall_s"}

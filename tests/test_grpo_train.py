@@ -88,7 +88,7 @@ def test_flex_real_engine(run):
         pytest.skip(f"flex engine not importable yet: {reason}")
     out, rec = run("flex")
     assert rec["status"] == "ok", rec["reason"]
-    assert rec["is_correction"] and rec["engine"]["lora_refreshes"] == STEPS
+    assert rec["is_correction"] and rec["engine"]["lora_refreshes"] == STEPS and rec["sampler_logprobs"] == "policy"
     assert rec["optimizer_params"] > 0 and rec["adapter_update_norm"] > 0
     # the engine adds only the merged copy; the base it reads is the trainer's
     assert "shared_weights_gb" in rec["engine"]
@@ -112,6 +112,7 @@ class ReferenceEngine:
         self.model = AutoModelForCausalLM.from_pretrained(peft_model.get_base_model().name_or_path).eval()
         self.pristine = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.calls, self.refreshes = [], []
+        self.config = SimpleNamespace(logprobs="policy")  # what the driver records as `sampler_logprobs`
 
     @torch.no_grad()
     def refresh_lora(self, state, scaling):
@@ -156,6 +157,7 @@ def test_flex_rollout_through_trl_with_importance_sampling(grpo_assets):
                        dataset_dir=grpo_assets["dataset"], steps=STEPS, dataset_limit=64, engine_factory=factory)
     eng = engines[0]
     assert run.info["is_correction"] and run.info["engine"]["lora_refreshes"] == STEPS
+    assert run.info["sampler_logprobs"] == "policy"
     assert eng.refreshes == [2.0] * STEPS  # alpha / r, once per optimizer step
     assert eng.calls == [(1, 4, 3407), (1, 4, 3408), (1, 4, 3409)]  # one prompt group of 4, a seed per step
     for s in run.steps:

@@ -30,6 +30,9 @@ class EngineConfig:
     decode_kernel_options: dict = field(default_factory=dict)
     prefill_kernel_options: dict = field(default_factory=dict)
     sampler_topk_cap: int = 64  # when every request has 0 < top_k <= cap, sample from torch.topk(cap)
+    # sampled tokens' logprobs: "policy" = log_softmax(z / T), the trainer's quantity; "processed" =
+    # renormalised over what top-k/top-p/min-p kept, as vLLM returns them to TRL (sampler.sample)
+    logprobs: str = "policy"
     lora_targets: tuple[str, ...] = ()  # module names kept as pristine + merged copy; () = no LoRA
     lora_merge: bool = True  # False: run a PEFT model's adapter unmerged (the slow reference path)
     pristine_on_host: bool | None = None  # LoRA's pristine base in pinned host memory; None = when the engine owns the weights
@@ -48,6 +51,8 @@ class EngineConfig:
         assert self.decode_chunk_no_eos >= 1
         assert self.fa4_prefill in ("auto", "on", "off"), self.fa4_prefill
         assert self.sampler_topk_cap >= 1
+        assert self.logprobs in ("policy", "processed"), \
+            f"engine option logprobs must be 'policy' or 'processed', not {self.logprobs!r}"
         for opts in (self.decode_kernel_options, self.prefill_kernel_options):
             unknown = set(opts) - KERNEL_OPTION_KEYS
             assert not unknown, f"unknown flex kernel options {sorted(unknown)}; known: {sorted(KERNEL_OPTION_KEYS)}"

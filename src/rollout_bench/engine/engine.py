@@ -177,7 +177,8 @@ class Engine:
             rows = slice(i, i + 64)
             p = sampler.Params(*(t[rows] for t in (params.temperature, params.top_k, params.top_p, params.min_p,
                                                    params.seed)))
-            out.append(sampler.sample(logits[rows], p, positions[rows], how, self.config.sampler_topk_cap))
+            out.append(sampler.sample(logits[rows], p, positions[rows], how, self.config.sampler_topk_cap,
+                                      self.config.logprobs == "processed"))
         tokens, lps = torch.cat([t for t, _ in out]), torch.cat([lp for _, lp in out])
         for seq, t, lp in zip(seqs, tokens.tolist(), lps.tolist()):
             seq.append(t, lp)

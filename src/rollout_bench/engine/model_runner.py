@@ -264,7 +264,8 @@ class ModelRunner:
             h = self.post(layer, h, o, w_gu)
         logits = float_logits(self.lm.lm_head, self.lm.model.norm(h[:, 0]))  # [b, V]
         params = sampler.Params(self.temp[:b], self.top_k[:b], self.top_p[:b], self.min_p[:b], self.seed[:b])
-        tok, lp = sampler.sample(logits, params, pos + 1, how, self.cfg.sampler_topk_cap)
+        tok, lp = sampler.sample(logits, params, pos + 1, how, self.cfg.sampler_topk_cap,
+                                 self.cfg.logprobs == "processed")
         col = self.step_i.expand(b, 1)
         self.out_tok[:b].scatter_(1, col, tok[:, None])
         self.out_lp[:b].scatter_(1, col, lp[:, None])

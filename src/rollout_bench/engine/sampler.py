@@ -53,11 +53,15 @@ def mode(rows, cap: int, vocab: int) -> str:
     return "full"
 
 
-def sample(logits: torch.Tensor, p: Params, positions: torch.Tensor, how: str, cap: int):
+def sample(logits: torch.Tensor, p: Params, positions: torch.Tensor, how: str, cap: int,
+           processed: bool = False):
     """logits [B, V] float32; positions [B]: index in the sequence of the token drawn.
 
     Returns tokens [B] int64 and logprobs [B] float32 = log_softmax(logits / T)[token] (T = 1 for
-    greedy rows), the untruncated policy logprob.
+    greedy rows), the untruncated policy logprob; with `processed`, sampled rows instead get the
+    logprob renormalised over the tokens top-k/top-p/min-p kept (the distribution actually drawn
+    from, what vLLM returns under TRL's logprobs_mode="processed_logprobs"), which is lower than the
+    policy's by -log(kept mass).
     """
     if how == "greedy":
         tokens = logits.argmax(-1)  # [B]
@@ -88,4 +92,7 @@ def sample(logits: torch.Tensor, p: Params, positions: torch.Tensor, how: str, c
     choice = torch.where(greedy_row, torch.zeros_like(choice), choice)
     tokens = idx.gather(1, choice[:, None])[:, 0]
     lp = vals.gather(1, choice[:, None])[:, 0] - lse
+    if processed:
+        kept_lse = torch.logsumexp(vals.masked_fill(~keep, float("-inf")), -1)  # [B]
+        lp = torch.where(greedy_row, lp, lp + lse - kept_lse)
     return tokens, lp

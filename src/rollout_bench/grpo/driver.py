@@ -184,6 +184,11 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         "optimizer_requested": optimizer_name(),
         "is_correction": is_correction,
         "is_mode": args.vllm_importance_sampling_mode if is_correction else None,
+        # which sampler logprob the IS ratio divides by: vLLM's are renormalised over the tokens
+        # top-k/top-p/min-p kept (TRL asks for logprobs_mode="processed_logprobs"); flex's are the
+        # policy's unless its `logprobs` engine option says "processed"
+        "sampler_logprobs": (rollout.engine.config.logprobs if rollout is not None
+                             else "processed" if backend == "vllm" else None) if is_correction else None,
         "trainer_class": f"{type(trainer).__module__}.{type(trainer).__name__}",
         "reward_funcs": [f.__name__ for f in trainer.reward_funcs],
         "reward_sha256": rewards.source_sha256(),
