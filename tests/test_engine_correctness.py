@@ -188,3 +188,9 @@ def test_processed_logprobs_option_changes_only_what_is_reported():
     gained = torch.cat([torch.tensor(q.logprobs) - torch.tensor(p.logprobs)
                         for p, q in zip(outs["policy"], outs["processed"])])
     assert (gained > 1e-3).float().mean() > 0.5  # top-k 8 of 4096 random logits leaves most mass out
+
+
+def test_prompt_logits_names_a_prompt_longer_than_max_seq_len():
+    engine = small_engine(random_model.build("qwen3-tiny", seed=0), cuda_graphs=False, compile=False)
+    with pytest.raises(AssertionError, match=r"prompts of \[100\] tokens exceed max_seq_len=88"):
+        engine.prompt_logits([[1] * 10, [1] * 100])

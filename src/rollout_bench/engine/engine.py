@@ -195,6 +195,8 @@ class Engine:
     def prompt_logits(self, prompts: list[list[int]]) -> torch.Tensor:
         """Logits after each prompt's last token [n, V] float32, through the paged prefill path."""
         assert not self.scheduler.has_work, "prompt_logits needs an idle engine"
+        too_long = [len(p) for p in prompts if len(p) > self.config.max_seq_len]
+        assert not too_long, f"prompts of {too_long} tokens exceed max_seq_len={self.config.max_seq_len}"
         pages, out, chunks = self.runner.pages, [], [[]]
         for p in prompts:  # pack like the scheduler: prefill-token budget and free slots
             c = chunks[-1]

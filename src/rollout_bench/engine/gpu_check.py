@@ -155,20 +155,6 @@ def breakdown(engine, prompts, new_tokens) -> dict:
     return res
 
 
-def lora_state(model, rank, seed=0):
-    """A random adapter on every projection, keys as PEFT's get_peft_model_state_dict names them."""
-    dev = model.device
-    g = torch.Generator(device=dev).manual_seed(seed)
-    state = {}
-    for name, mod in model.named_modules():
-        if name.rsplit(".", 1)[-1] in LORA_TARGETS and isinstance(mod, torch.nn.Linear):
-            a = torch.randn(rank, mod.in_features, device=dev, generator=g) / mod.in_features ** 0.5
-            b = torch.randn(mod.out_features, rank, device=dev, generator=g) * 0.02
-            state[f"base_model.model.{name}.lora_A.weight"] = a.to(torch.bfloat16)
-            state[f"base_model.model.{name}.lora_B.weight"] = b.to(torch.bfloat16)
-    return state
-
-
 class Check:
     """The run's shared state: arguments, report (saved after every phase), model and settings."""
 
@@ -225,9 +211,12 @@ class Check:
                    allocated_gb=gb(torch.cuda.memory_allocated()) if CUDA else None)
         return res
 
+    def gate_prompts(self):
+        return [p for p in flex_backend.gate_prompts(self.vocab, self.cfg.page_size)
+                if len(p) + 16 <= self.max_seq]  # a short --new-tokens dry run drops the longest
+
     def gate(self):
-        return flex_backend.check(self.engine, self.model, flex_backend.gate_prompts(self.vocab, self.cfg.page_size),
-                                  16, self.tol)
+        return flex_backend.check(self.engine, self.model, self.gate_prompts(), 16, self.tol)
 
     def prompts(self, n, seed):
         return random_prompts(n, self.vocab, seed=seed)
@@ -248,7 +237,7 @@ def base_phases(c: Check):
 
 def lora_phases(c: Check):
     """LoRA r32 merged into the double copy: speed, GRPO group, drift, gates."""
-    adapter = lora_state(c.model, 32)
+    adapter = random_model.lora_state(c.model, 32)
     group = c.prompts(64, 7)
     P = c.cfg.page_size
     # the GRPO group's own need (its full prompt pages once, then 4 private tails each) plus slack,
@@ -303,7 +292,7 @@ def lora_phases(c: Check):
 
         ref = get_peft_model(c.model, LoraConfig(r=32, lora_alpha=64, target_modules=list(LORA_TARGETS)))
         set_peft_model_state_dict(ref, adapter)
-        return flex_backend.check(engine, ref, flex_backend.gate_prompts(c.vocab, P), 16, c.tol)
+        return flex_backend.check(engine, ref, c.gate_prompts(), 16, c.tol)
 
     c.phase("gate_lora_merged_weights", gate_same_weights)
     if not c.args.skip_unmerged:

@@ -11,7 +11,8 @@ another attention kernel (the bf16 noise floor):
 Forwards: `engine` (the logprobs the sampler returned), `hf_sdpa` (HF in the model's dtype with SDPA
 attention, as the trainer runs it, projected like TRL's loss head: fp32 output), `hf_eager` (the same
 with eager attention) and `fp32` (HF on an fp32 copy of the weights). Each is scored at the sampling
-temperature and at T = 1.
+temperature and at T = 1. With `--lora-rank R` the model is a PeftModel with a random adapter, as in
+GRPO: the engine samples from its merged bf16 copy, the HF forwards run PEFT's unmerged adapter.
 """
 import argparse
 import copy
@@ -23,6 +24,7 @@ import torch
 from .. import atomic
 from ..workload import SAMPLING_PRESETS, Sampling
 from . import Engine, EngineConfig, random_model
+from .config import LORA_TARGETS
 from .model_runner import float_logits
 
 PAIRS = (("engine", "hf_sdpa"), ("hf_eager", "hf_sdpa"), ("engine", "fp32"), ("hf_sdpa", "fp32"),
@@ -85,7 +87,9 @@ def main(argv=None):
     ap.add_argument("--model", default="qwen3-4b", help="a config under config/models (random weights)")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=512)
-    ap.add_argument("--sampling", default="equivalence", choices=sorted(SAMPLING_PRESETS))
+    ap.add_argument("--sampling", default="equivalence",
+                    choices=[k for k, v in sorted(SAMPLING_PRESETS.items()) if v["temperature"] > 0])
+    ap.add_argument("--lora-rank", type=int, default=0, help="0: no adapter")
     ap.add_argument("--no-fp32", action="store_true", help="skip the fp32 copy (it needs 4 bytes a weight)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
@@ -93,8 +97,15 @@ def main(argv=None):
     dtype, device = (torch.bfloat16, "cuda") if cuda else (torch.float32, "cpu")
     t0 = time.perf_counter()
     model = random_model.build(a.model, seed=0, dtype=dtype, device=device)
-    fp32_model = None if a.no_fp32 else copy.deepcopy(model).float()  # before the engine re-lays any weight
-    vocab = model.config.vocab_size
+    if a.lora_rank:
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        state = random_model.lora_state(model, a.lora_rank)
+        model = get_peft_model(model, LoraConfig(r=a.lora_rank, lora_alpha=2 * a.lora_rank, lora_dropout=0.0,
+                                                 target_modules=list(LORA_TARGETS))).eval()
+        set_peft_model_state_dict(model, state)
+    fp32_model = None if a.no_fp32 else copy.deepcopy(model).float()
+    vocab = model.config.vocab_size  # a PeftModel forwards config to its base
     g = torch.Generator().manual_seed(0)
     lens = torch.randint(128, 257, (a.prompts,), generator=g).tolist()
     prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]

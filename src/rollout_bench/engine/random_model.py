@@ -4,6 +4,8 @@ from pathlib import Path
 
 import torch
 
+from .config import LORA_TARGETS
+
 
 def config(name_or_dict, **overrides):
     from transformers import AutoConfig
@@ -27,3 +29,18 @@ def build(name_or_dict, seed: int = 0, dtype=torch.float32, device="cpu", **over
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config(name_or_dict, **overrides), dtype=dtype)
     return model.eval().requires_grad_(False)
+
+
+def lora_state(model, rank, seed=0):
+    """A seeded random adapter on every LoRA target projection, bf16, keys as PEFT's
+    get_peft_model_state_dict names them."""
+    dev = model.device
+    g = torch.Generator(device=dev).manual_seed(seed)
+    state = {}
+    for name, mod in model.named_modules():
+        if name.rsplit(".", 1)[-1] in LORA_TARGETS and isinstance(mod, torch.nn.Linear):
+            a = torch.randn(rank, mod.in_features, device=dev, generator=g) / mod.in_features ** 0.5
+            b = torch.randn(mod.out_features, rank, device=dev, generator=g) * 0.02
+            state[f"base_model.model.{name}.lora_A.weight"] = a.to(torch.bfloat16)
+            state[f"base_model.model.{name}.lora_B.weight"] = b.to(torch.bfloat16)
+    return state

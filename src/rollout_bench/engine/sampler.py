@@ -60,7 +60,7 @@ def sample(logits: torch.Tensor, p: Params, positions: torch.Tensor, how: str, c
     Returns tokens [B] int64 and logprobs [B] float32 = log_softmax(logits / T)[token] (T = 1 for
     greedy rows), the untruncated policy logprob; with `processed`, sampled rows instead get the
     logprob renormalised over the tokens top-k/top-p/min-p kept (the distribution actually drawn
-    from, what vLLM returns under TRL's logprobs_mode="processed_logprobs"), which is lower than the
+    from, what vLLM returns under TRL's logprobs_mode="processed_logprobs"), which exceeds the
     policy's by -log(kept mass).
     """
     if how == "greedy":
