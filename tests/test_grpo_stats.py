@@ -128,6 +128,19 @@ def test_compare_equivalent_runs(tmp_path):
     assert res["range"]["kl"]["cand"] == [0.001, 0.004]
 
 
+def test_compare_a_shorter_run_over_the_steps_both_ran(tmp_path):
+    """A slow backend run for fewer steps (one device session) is compared over the common steps,
+    and the comparison and the equivalence table say so."""
+    ref, _ = _train_stats(tmp_path, "hf_generate")
+    cand, _ = _train_stats(tmp_path, "transformers_cb", loss=(0.1, 0.2, 0.3), kl=(0.001, 0.002, 0.003), n=(4, 4, 4))
+    out = tmp_path / "c.json"
+    res = compare.compare(ref, cand, out)
+    assert res["gate"]["passed"], res["gate"]
+    assert res["steps"] == {"ref": 4, "cand": 3} and res["common_steps"] == 3
+    assert "steps: reference 4, candidate 3; compared over 3" in report.equivalence_table([out])
+    assert res["diff"]["loss"]["n_compared"] == 3
+
+
 @pytest.mark.parametrize("change,failing", [
     ({"loss": (0.1, None, 0.3, 0.2)}, "finite_loss"),
     ({"kl": (0.001, 0.9, 0.003, 0.002)}, "kl_bounded"),

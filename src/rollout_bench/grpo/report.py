@@ -15,8 +15,8 @@ EQUIVALENCE_CAPTION = (
     "its KL stays non-negative and within the bound (the larger of an absolute floor and a multiple of "
     "the reference's largest KL), both runs' optimizers held the LoRA parameters and moved them, it ran "
     "the identical reward code (rewards.py sha256) and hyper-parameters, and it produced the same number "
-    "of completions at every step. Step-time ratio = candidate median step / reference median step "
-    "(steps 4..N)."
+    "of completions at every step (over the steps both ran, when one ran fewer: the notes say so). "
+    "Step-time ratio = candidate median step / reference median step (steps 4..N)."
 )
 CHART_METRICS = {"reward": "mean reward", "kl": "KL to reference", "step_wall_s": "step wall (s)"}
 
@@ -48,6 +48,9 @@ def equivalence_table(comparison_paths) -> str:
             continue
         d, g = r["diff"], r["gate"]
         failed = [f"{k}: {c['detail']}" for k, c in g["checks"].items() if not c["ok"]]
+        n = r.get("steps") or {}
+        if n and n["ref"] != n["cand"]:
+            failed.insert(0, f"steps: reference {n['ref']}, candidate {n['cand']}; compared over {r['common_steps']}")
         dmax = lambda k: _fmt(d[k]["max_abs"]) if d[k] else "n/a"  # noqa: E731
         reward = f"{dmax('reward')} ({_fmt(d['reward']['mean_abs'])})" if d["reward"] else "n/a"
         kl = r["range"]["kl"]
