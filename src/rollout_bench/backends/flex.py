@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from ..engine.model_runner import float_logits
+from ..engine.model_runner import reference_logits
 from ..workload import Sampling
 from . import hf_model
 
@@ -108,15 +108,6 @@ def gate_prompts(vocab: int, page_size: int, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     lens = [page_size - 1, page_size + 1, 2 * page_size + page_size // 2, 7]
     return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
-
-
-@torch.no_grad()
-def reference_logits(reference, ids: torch.Tensor) -> torch.Tensor:
-    """HF's logits for ids [1, T] -> [T, V] float32, projected like the engine's (fp32 output, no
-    rounding to bf16), so the gate compares the two forward passes and not two roundings."""
-    lm = reference.get_base_model() if hasattr(reference, "get_base_model") else reference  # PEFT-wrapped or not
-    h = lm.model(input_ids=ids).last_hidden_state[0]  # [T, hidden], after the final norm
-    return float_logits(lm.lm_head, h)
 
 
 @torch.no_grad()

@@ -25,29 +25,23 @@ from .. import atomic
 from ..workload import SAMPLING_PRESETS, Sampling
 from . import Engine, EngineConfig, random_model
 from .config import LORA_TARGETS
-from .model_runner import float_logits
+from .model_runner import reference_logits
 
 PAIRS = (("engine", "hf_sdpa"), ("hf_eager", "hf_sdpa"), ("engine", "fp32"), ("hf_sdpa", "fp32"),
          ("hf_eager", "fp32"))
 
 
-@torch.no_grad()
-def token_logprobs(model, prompt: list[int], completion: list[int], temperature: float,
-                   attn: str | None = None) -> torch.Tensor:
-    """log_softmax(z / T)[token] [T_c] float32 for each completion token, z from one forward of prompt +
-    completion (fp32-output projection); attn switches the attention kernel for this call only."""
+def completion_logits(model, prompt: list[int], completion: list[int], attn: str) -> torch.Tensor:
+    """Logits z [T_c, V] float32 that predict each completion token, from one forward of prompt +
+    completion with attention kernel `attn` (for this call only)."""
     lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     before = lm.config._attn_implementation
-    if attn is not None:
-        lm.set_attn_implementation(attn)
+    lm.set_attn_implementation(attn)
     try:
         ids = torch.tensor([prompt + completion], device=lm.device)  # [1, P + T_c]
-        h = lm.model(input_ids=ids).last_hidden_state[0, len(prompt) - 1:-1]  # [T_c, hidden]
+        return reference_logits(model, ids, start=len(prompt) - 1)[:-1]
     finally:
         lm.set_attn_implementation(before)
-    z = float_logits(lm.lm_head, h)  # [T_c, V] float32
-    tok = torch.tensor(completion, device=z.device)[:, None]  # [T_c, 1]
-    return torch.log_softmax(z / temperature, -1).gather(1, tok)[:, 0]
 
 
 def summarize(d: torch.Tensor) -> dict:
@@ -65,15 +59,17 @@ def measure(engine, model, prompts: list[list[int]], sampling: Sampling, new_tok
     assert sampling.temperature > 0, "the gap is about sampled tokens: give a temperature"
     outs = engine.generate(prompts, sampling, new_tokens, ignore_eos=True)
     temps = sorted({sampling.temperature, 1.0})
-    lp = {t: {k: [] for k in ("engine", "hf_sdpa", "hf_eager", "fp32")} for t in temps}
+    forwards = {"hf_sdpa": (model, "sdpa"), "hf_eager": (model, "eager")}
+    if fp32_model is not None:
+        forwards["fp32"] = (fp32_model, "sdpa")
+    lp = {t: {k: [] for k in ("engine", *forwards)} for t in temps}
     for p, out in zip(prompts, outs):
-        for t in temps:
-            if t == sampling.temperature:
-                lp[t]["engine"].append(torch.tensor(out.logprobs, dtype=torch.float32))
-            lp[t]["hf_sdpa"].append(token_logprobs(model, p, out.token_ids, t, "sdpa").cpu())
-            lp[t]["hf_eager"].append(token_logprobs(model, p, out.token_ids, t, "eager").cpu())
-            if fp32_model is not None:
-                lp[t]["fp32"].append(token_logprobs(fp32_model, p, out.token_ids, t, "sdpa").cpu())
+        lp[sampling.temperature]["engine"].append(torch.tensor(out.logprobs, dtype=torch.float32))
+        for name, (m, attn) in forwards.items():
+            z = completion_logits(m, p, out.token_ids, attn)  # [T_c, V], one forward for every temperature
+            tok = torch.tensor(out.token_ids, device=z.device)[:, None]  # [T_c, 1]
+            for t in temps:  # log_softmax(z / T)[token], as TRL's loss head
+                lp[t][name].append(torch.log_softmax(z / t, -1).gather(1, tok)[:, 0].cpu())
     result = {"n_sequences": len(outs), "n_tokens": sum(len(o.token_ids) for o in outs), "temperatures": {}}
     for t in temps:
         got = {k: torch.cat(v) for k, v in lp[t].items() if v}

@@ -116,6 +116,16 @@ def float_logits(head: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
     return z if head.bias is None else z + head.bias.float()
 
 
+@torch.no_grad()
+def reference_logits(reference, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """HF's logits for ids [1, T] at positions start.. -> [T - start, V] float32, projected like the
+    engine's (fp32 output, no rounding to bf16), so a comparison sees the two forward passes and not
+    two roundings. `reference`: an HF CausalLM, PEFT-wrapped (adapter unmerged) or not."""
+    lm = reference.get_base_model() if hasattr(reference, "get_base_model") else reference
+    h = lm.model(input_ids=ids).last_hidden_state[0, start:]  # [T - start, hidden], after the final norm
+    return float_logits(lm.lm_head, h)
+
+
 class ModelRunner:
     def __init__(self, model, cfg: EngineConfig, fuse: bool = False):
         """fuse: re-lay q/k/v and gate/up weights as fused tensors (fused.py); the caller decides,
