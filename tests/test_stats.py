@@ -105,3 +105,14 @@ def test_flex_job_replays_autotuned_options_unless_configured(tiny_assets, tmp_p
     own = {**wl, "options": {"decode_kernel_options": {"num_warps": 8}}}
     rec = generation.run_job(workload=own, out=str(tmp_path / "b.json"), **kw)
     assert rec["autotune"]["replayed"] == {} and rec["engine"]["decode_kernel_options"] == {"num_warps": 8}
+
+
+def test_env_records_the_host_cpu_and_its_load(tmp_path):
+    from rollout_bench import envinfo
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n")
+    assert envinfo.cpu_model(str(info)) == "Intel(R) Xeon(R) Platinum 8480+"
+    env = stats.base("generate", backend="flex", variant="graphs", model="m", workload={})["env"]
+    assert env["cpu_count"] >= 1 and env["load_avg_1m"] >= 0
+    assert env["cpu_model"] == envinfo.cpu_model()

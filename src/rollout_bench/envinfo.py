@@ -25,10 +25,24 @@ def gpu_ids() -> list[int]:
 
 
 def collect() -> dict:
-    env = {"python": platform.python_version(), "host": platform.node(), "cpu_count": os.cpu_count()}
+    # The host CPU and its load at job start: launch-bound rollouts (model.generate at 4 rows) run at
+    # the speed of the host, so two sessions on the same GPU kind can differ by the host alone.
+    env = {"python": platform.python_version(), "host": platform.node(), "cpu_count": os.cpu_count(),
+           "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2)}
     env.update({p.replace("-", "_"): version(p) for p in PACKAGES})
     env.update(gpu_info())
     return env
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def gpu_info() -> dict:
