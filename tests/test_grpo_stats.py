@@ -9,7 +9,7 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 from rollout_bench import stats
 from rollout_bench.grpo import compare, driver, report, rewards
 from rollout_bench.grpo.config import TrainSpec
-from rollout_bench.grpo.phases import PhaseClock
+from rollout_bench.grpo.phases import PHASES, PhaseClock
 from rollout_bench.grpo.stats_callback import StepStats
 
 
@@ -189,6 +189,19 @@ def test_renderers(tmp_path):
     report.save_chart(report.trajectory_charts(df), tmp_path / "t.html", tmp_path / "t.svg")
     assert (tmp_path / "t.svg").read_text().lstrip().startswith("<svg")
     assert not math.isnan(df.value.sum())
+
+
+def test_training_table_takes_every_median_over_the_median_steps_window(tmp_path):
+    """The phase columns and IS medians use steps 4..N like the median step: a slow warm-up (graph
+    capture, compile) must not move them."""
+    path, _ = _train_stats(tmp_path, "flex", loss=(0.1,) * 6, kl=(0.001,) * 6, n=(4,) * 6)
+    rec = json.loads(path.read_text())
+    for s, rollout in zip(rec["steps"], (20.0, 20.0, 20.0, 1.0, 2.0, 3.0)):
+        s.update({f"time/{p}_s": 0.0 for p in PHASES}, **{"time/rollout_s": rollout})
+    path.write_text(json.dumps({**rec, "median_step_window": [4, 6]}))
+    row = next(line for line in report.training_table([path]).splitlines() if "| flex |" in line)
+    assert row.endswith("| 2.000 | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 |"), row
+    assert "mean \\|Δlogp\\| 0.05," in row  # gaps of steps 4..6: 0.04, 0.05, 0.06
 
 
 def test_cli_commands_run_compare_and_render(tmp_path, capsys):

@@ -61,8 +61,14 @@ def equivalence_table(comparison_paths) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _window(r: dict) -> list[dict]:
+    """The steps the median step is taken over (4..N), so every per-step median in a row shares them."""
+    lo, hi = r.get("median_step_window") or (r["steps"][0]["step"], r["steps"][-1]["step"])
+    return [s for s in r["steps"] if lo <= s["step"] <= hi]
+
+
 def _step_median(r: dict, key: str):
-    vals = [s[key] for s in r["steps"] if isinstance(s.get(key), (int, float))]
+    vals = [s[key] for s in _window(r) if isinstance(s.get(key), (int, float))]
     return statistics.median(vals) if vals else None
 
 
@@ -80,8 +86,8 @@ def training_table(stats_paths) -> str:
     """Backend rows: median step, train wall, peak memory, optimizer, IS correction, step-time breakdown."""
     recs = _load(stats_paths)
     phase_cols = " | ".join(f"{p} s" for p in PHASES)
-    lines = ["Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians of "
-             "exclusive time (time/<phase>_s in the stats). IS correction: TRL's importance-sampling mode "
+    lines = ["Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians over "
+             "the same steps of exclusive time (time/<phase>_s in the stats). IS correction: TRL's importance-sampling mode "
              "(and the sampler's logprobs: policy = log_softmax(z / T); processed = renormalised over the "
              "tokens top-k/top-p/min-p kept, as vLLM returns them to TRL), with per-step medians of the "
              "mean |sampler logprob - trainer logprob| per token and of the mean IS ratio (a sequence mode "
@@ -94,7 +100,7 @@ def training_table(stats_paths) -> str:
         if r["status"] != "ok":
             lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (7 + len(PHASES)))
             continue
-        med = [_fmt(statistics.median(s.get(f"time/{p}_s") or 0.0 for s in r["steps"]), ".3f") for p in PHASES]
+        med = [_fmt(statistics.median(s.get(f"time/{p}_s") or 0.0 for s in _window(r)), ".3f") for p in PHASES]
         lines.append(head + f"| ok | {len(r['steps'])} | {_fmt(r['median_step_s'], '.3f')} "
                             f"| {_fmt(r['train_wall_s'], '.1f')} | {_fmt(r['peak_memory_gb'].get('allocated'), '.2f')} "
                             f"| {r.get('optimizer', '')} | {_is_cell(r)} "
