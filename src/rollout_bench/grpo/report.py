@@ -87,11 +87,11 @@ def training_table(stats_paths) -> str:
     recs = _load(stats_paths)
     phase_cols = " | ".join(f"{p} s" for p in PHASES)
     lines = ["Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians over "
-             "the same steps of exclusive time (time/<phase>_s in the stats). IS correction: TRL's importance-sampling mode "
-             "(and the sampler's logprobs: policy = log_softmax(z / T); processed = renormalised over the "
-             "tokens top-k/top-p/min-p kept, as vLLM returns them to TRL), with per-step medians of the "
-             "mean |sampler logprob - trainer logprob| per token and of the mean IS ratio (a sequence mode "
-             "multiplies the per-token ratios over the whole completion).", "",
+             "the same steps of exclusive time (time/<phase>_s in the stats). IS correction: TRL's "
+             "importance-sampling mode (and the sampler's logprobs: policy = log_softmax(z / T); processed = "
+             "renormalised over the tokens top-k/top-p/min-p kept, as vLLM returns them to TRL), with per-step "
+             "medians of the mean |sampler logprob - trainer logprob| per token and of the mean IS ratio "
+             "(a sequence mode multiplies the per-token ratios over the whole completion).", "",
              f"| model | backend | status | steps | median step s | train wall s | peak alloc GB | optimizer "
              f"| IS correction | {phase_cols} |",
              "|---|---|---|--:|--:|--:|--:|---|---|" + "--:|" * len(PHASES)]
