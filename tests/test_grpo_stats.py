@@ -197,7 +197,8 @@ def test_training_table_takes_every_median_over_the_median_steps_window(tmp_path
     path, _ = _train_stats(tmp_path, "flex", loss=(0.1,) * 6, kl=(0.001,) * 6, n=(4,) * 6)
     rec = json.loads(path.read_text())
     for s, rollout in zip(rec["steps"], (20.0, 20.0, 20.0, 1.0, 2.0, 3.0)):
-        s.update({f"time/{p}_s": 0.0 for p in PHASES}, **{"time/rollout_s": rollout})
+        s.update({f"time/{p}_s": 0.0 for p in PHASES})
+        s["time/rollout_s"] = rollout
     path.write_text(json.dumps({**rec, "median_step_window": [4, 6]}))
     row = next(line for line in report.training_table([path]).splitlines() if "| flex |" in line)
     assert row.endswith("| 2.000 | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 |"), row

@@ -178,17 +178,19 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         adapter_end = flex_rollout.adapter_state(policy)
         optimized = sum(p.numel() for g in trainer.optimizer.param_groups for p in g["params"])
 
+    # which sampler logprob the IS ratio divides by: vLLM's are renormalised over the tokens
+    # top-k/top-p/min-p kept (TRL asks for logprobs_mode="processed_logprobs"); flex's are the
+    # policy's unless its `logprobs` engine option says "processed"
+    sampler_logprobs = None
+    if is_correction:  # only vllm and flex correct
+        sampler_logprobs = rollout.engine.config.logprobs if rollout is not None else "processed"
     step_records = merge(stats_cb.records(), clock.steps)
     info = {
         "optimizer": str(getattr(args.optim, "value", args.optim)),
         "optimizer_requested": optimizer_name(),
         "is_correction": is_correction,
         "is_mode": args.vllm_importance_sampling_mode if is_correction else None,
-        # which sampler logprob the IS ratio divides by: vLLM's are renormalised over the tokens
-        # top-k/top-p/min-p kept (TRL asks for logprobs_mode="processed_logprobs"); flex's are the
-        # policy's unless its `logprobs` engine option says "processed"
-        "sampler_logprobs": (rollout.engine.config.logprobs if rollout is not None
-                             else "processed" if backend == "vllm" else None) if is_correction else None,
+        "sampler_logprobs": sampler_logprobs,
         "trainer_class": f"{type(trainer).__module__}.{type(trainer).__name__}",
         "reward_funcs": [f.__name__ for f in trainer.reward_funcs],
         "reward_sha256": rewards.source_sha256(),
