@@ -17,6 +17,7 @@ rule train:
         dataset=dataset_dir(),
         pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
         lock_dir=CFG["gpu"]["lock_dir"],
+        max_wall=f"--max-wall-s {CFG['train']['max_wall_s']}" if CFG["train"]["max_wall_s"] else "",
     log:
         "results/logs/train/{model}/{backend}/steps{steps}.log",
     benchmark:
@@ -30,7 +31,7 @@ rule train:
         "--lock-dir {params.lock_dir} -- "
         "python -m rollout_bench train --backend {wildcards.backend} --model {wildcards.model} "
         "--workload {params.workload:q} --model-dir {params.model_dir} --adapter {params.adapter} "
-        "--dataset {params.dataset} --steps {wildcards.steps} --out {output} > {log} 2>&1"
+        "--dataset {params.dataset} --steps {wildcards.steps} {params.max_wall} --out {output} > {log} 2>&1"
 
 
 rule compare:

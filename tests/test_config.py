@@ -90,6 +90,14 @@ def test_unknown_sampling_key_message_says_what_to_do(raw):
         resolve_with(raw, profiles__cpu__workload__cases={"x": {"batch_sizes": [4], "sampling": {"tmp": 1}}})
 
 
+def test_nested_value_given_as_text_points_to_configfile(raw):
+    """snakemake --config train='{max_wall_s: 1500}' arrives as {"max_wall_s": "1500"}."""
+    with pytest.raises(ConfigError, match=r"config error at train.max_wall_s: .*--configfile"):
+        resolve_with(raw, train__max_wall_s="1500")
+    assert resolve_with(raw, train__max_wall_s=1500)["train"]["max_wall_s"] == 1500
+    assert resolve_with(raw)["train"]["max_wall_s"] is None
+
+
 def test_model_sources(tmp_path):
     from rollout_bench.assets import model
 

@@ -73,6 +73,24 @@ def test_real_trajectories_compare_as_equivalent(run, tmp_path):
     assert "| hf_generate | transformers_cb | yes |" in table
 
 
+def test_wall_budget_stops_between_steps_and_keeps_the_planned_schedule(run, grpo_assets, tmp_path):
+    """A budget smaller than one step stops the run after step 1 of 3: the stats are ok with one step,
+    say the plan and why, and step 1 ran with the 3-step run's learning rate (same warm-up/decay plan)."""
+    out = tmp_path / "budget.json"
+    rec = job.run_job(backend="hf_generate", model="qwen3-tiny", workload=WORKLOAD, model_dir=grpo_assets["model"],
+                      adapter_dir=grpo_assets["lora"], dataset_dir=grpo_assets["dataset"], steps=STEPS,
+                      out=str(out), max_wall_s=1e-3)
+    assert rec["status"] == "ok", rec["reason"]
+    assert [s["step"] for s in rec["steps"]] == [1] and rec["steps_planned"] == STEPS
+    assert rec["wall_budget"] == {"max_wall_s": 1e-3, "stopped_after_step": 1}
+    assert rec["median_step_window"] == [1, 1] and stats.load(out)["steps_planned"] == STEPS
+    _, full = run("hf_generate")
+    assert full["wall_budget"] == {"max_wall_s": None, "stopped_after_step": None}
+    assert rec["steps"][0]["learning_rate"] == full["steps"][0]["learning_rate"]
+    row = next(line for line in report.training_table([out]).splitlines() if "| hf_generate |" in line)
+    assert "| ok | 1 of 3 (wall budget 0 s) |" in row
+
+
 @pytest.mark.parametrize("backend", ["vllm", "unsloth"])
 def test_backends_that_cannot_run_here_are_skipped_with_a_reason(grpo_assets, backend):
     out = grpo_assets["dir"] / f"skip_{backend}.json"

@@ -47,6 +47,10 @@ def _hint(err) -> str:
         return " (unknown key: remove it or check its spelling against workflow/schemas/config.schema.yaml)"
     if err.validator == "enum":
         return " (pick one of the allowed values)"
+    if err.validator == "type" and isinstance(err.instance, str) and len(err.absolute_path) > 1:
+        # `--config train='{steps: 10}'` arrives as {"steps": "10"}: snakemake parses nested values as text
+        return (" (snakemake's --config passes values nested in a mapping as strings: put nested keys in a "
+                "YAML file and pass it with --configfile)")
     if err.validator in ("minimum", "exclusiveMinimum"):
         return " (must be positive)" if err.validator_value in (0, 1) else ""
     desc = err.schema.get("description")

@@ -9,7 +9,8 @@ def _train(a):
     from . import job
 
     rec = job.run_job(backend=a.backend, model=a.model, workload=json.loads(a.workload), model_dir=a.model_dir,
-                      adapter_dir=a.adapter or None, dataset_dir=a.dataset, steps=a.steps, out=a.out)
+                      adapter_dir=a.adapter or None, dataset_dir=a.dataset, steps=a.steps, out=a.out,
+                      max_wall_s=a.max_wall_s)
     print(json.dumps({k: rec.get(k) for k in ("status", "reason", "median_step_s", "train_wall_s")}))
 
 
@@ -38,6 +39,8 @@ def add_commands(sub) -> None:
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--adapter", default="", help="PEFT adapter dir every backend starts from")
     p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--max-wall-s", type=float, default=None,
+                   help="stop between steps before the training wall time passes this (the stats say so)")
     p.set_defaults(fn=_train)
 
     p = sub.add_parser("compare", help="a backend's GRPO trajectory vs the reference's -> compare JSON")

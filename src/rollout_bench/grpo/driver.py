@@ -23,6 +23,7 @@ from . import data, flex_rollout, rewards, trl_cpu
 from .config import LORA_TARGETS, TrainSpec, grpo_config, optimizer_name
 from .phases import PHASES, PhaseClock
 from .stats_callback import StepStats
+from .wall_budget import WallBudget
 
 SKIP_STEPS = 3  # median step time over steps 4..N: the first three pay compile / graph / allocator warm-up
 CPU_CB_BLOCK_SIZE = 32
@@ -122,9 +123,11 @@ def cpu_cb_config(spec: TrainSpec, max_prompt_len: int) -> dict:
 
 
 def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | None, dataset_dir: str,
-          steps: int, dataset_limit: int | None = None, engine_factory=None) -> Run:
+          steps: int, dataset_limit: int | None = None, engine_factory=None,
+          max_wall_s: float | None = None) -> Run:
     """`engine_factory(peft_model, spec, max_prompt_len)` builds the flex engine on the trainer's
-    model once its adapter is loaded (default: ours, flex_rollout.build_engine)."""
+    model once its adapter is loaded (default: ours, flex_rollout.build_engine). `max_wall_s` stops
+    training between steps before its wall time passes that budget (wall_budget.py)."""
     from transformers import set_seed
     from trl import GRPOTrainer
 
@@ -140,7 +143,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
                                                  max_prompt_len + spec.max_completion_length)
     else:
         model, peft_config = load_policy(model_dir, adapter_dir, spec)
-    stats_cb, clock = StepStats(), PhaseClock()
+    stats_cb, clock, budget = StepStats(), PhaseClock(), WallBudget(max_wall_s)
     rollout = None
     if backend == "flex":
         # rollout_func is marked experimental in TRL 1.15; the warning would repeat in every flex job log
@@ -157,7 +160,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         args = grpo_config(spec, backend, max_steps=steps, output_dir=workdir, max_prompt_len=max_prompt_len)
         trainer = GRPOTrainer(model=model, reward_funcs=rewards.build(tok.eos_token), args=args,
                               train_dataset=train_ds, processing_class=tok, peft_config=peft_config,
-                              callbacks=[stats_cb], rollout_func=rollout)
+                              callbacks=[stats_cb, budget], rollout_func=rollout)
         if adapter_dir and peft_config is not None:
             load_adapter_weights(trainer.model, adapter_dir)
         policy = trainer.accelerator.unwrap_model(trainer.model)
@@ -200,6 +203,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
                  "epsilon": args.epsilon, "generation_batch_size": args.generation_batch_size,
                  "steps_per_generation": args.steps_per_generation, "shared_adapter": bool(adapter_dir)},
         "logprob_head": logprob_head,
+        "wall_budget": budget.info(),
         "trl_summary": stats_cb.summary,
         # what training changed: a run whose optimizer holds no LoRA parameters still logs a loss,
         # a KL and a grad norm, so these two are the evidence that the adapter learned

@@ -17,11 +17,18 @@ if TYPE_CHECKING:
 CONTRACT = ("step", "loss", "reward", "reward_std", "kl", "grad_norm", "step_wall_s", "completion_len", "mem_gb")
 
 
+def steps_done(run: driver.Run, steps: int) -> int:
+    """The planned steps, or fewer where the wall budget stopped the run (wall_budget.py)."""
+    stopped = (run.info.get("wall_budget") or {}).get("stopped_after_step")
+    return stopped if stopped is not None else steps
+
+
 def gate(run: driver.Run, spec: TrainSpec, steps: int) -> str | None:
-    """A run whose trajectory cannot be compared reports no speed: every step logged, finite loss,
-    and the configured number of completions per step."""
-    if len(run.steps) != steps:
-        return f"{len(run.steps)} step records for {steps} optimizer steps"
+    """A run whose trajectory cannot be compared reports no speed: every step it ran logged, finite
+    loss, and the configured number of completions per step."""
+    done = steps_done(run, steps)
+    if len(run.steps) != done:
+        return f"{len(run.steps)} step records for {done} optimizer steps"
     bad = [s["step"] for s in run.steps if s["loss"] is None]
     if bad:
         return f"loss missing or non-finite at step(s) {bad}"
@@ -33,7 +40,8 @@ def gate(run: driver.Run, spec: TrainSpec, steps: int) -> str | None:
 
 
 def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter_dir: str | None,
-            dataset_dir: str, steps: int, out: str, variant: str = "default") -> dict:
+            dataset_dir: str, steps: int, out: str, variant: str = "default",
+            max_wall_s: float | None = None) -> dict:
     record = stats.base("train", backend=backend, variant=variant, model=model, workload=workload)
     reason = availability.unavailable(backend, envinfo.gpu_info()["gpu_count"])
     if reason:
@@ -43,8 +51,8 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
 
     spec = TrainSpec.from_workload(workload)
     run = driver.train(backend, spec, model_dir=model_dir, adapter_dir=adapter_dir or None,
-                       dataset_dir=dataset_dir, steps=steps)
-    record.update(run.info)
+                       dataset_dir=dataset_dir, steps=steps, max_wall_s=max_wall_s)
+    record.update(run.info, steps_planned=steps)
     record["steps"] = [{**{k: s.get(k) for k in CONTRACT}, **s} for s in run.steps]
     bad = gate(run, spec, steps)
     if bad:

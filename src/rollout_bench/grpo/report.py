@@ -82,6 +82,15 @@ def _is_cell(r: dict) -> str:
     return f"{r.get('is_mode')}{kind}: mean \\|Δlogp\\| {_fmt(gap)}, mean ratio {_fmt(ratio)}"
 
 
+def _steps_cell(r: dict) -> str:
+    """Steps run, and the plan where a wall budget stopped the run early."""
+    n, planned = len(r["steps"]), r.get("steps_planned")
+    if planned is None or planned == n:
+        return str(n)
+    budget = (r.get("wall_budget") or {}).get("max_wall_s")
+    return f"{n} of {planned} (wall budget {_fmt(budget, '.0f')} s)"
+
+
 def training_table(stats_paths) -> str:
     """Backend rows: median step, train wall, peak memory, optimizer, IS correction, step-time breakdown."""
     recs = _load(stats_paths)
@@ -101,7 +110,7 @@ def training_table(stats_paths) -> str:
             lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (7 + len(PHASES)))
             continue
         med = [_fmt(statistics.median(s.get(f"time/{p}_s") or 0.0 for s in _window(r)), ".3f") for p in PHASES]
-        lines.append(head + f"| ok | {len(r['steps'])} | {_fmt(r['median_step_s'], '.3f')} "
+        lines.append(head + f"| ok | {_steps_cell(r)} | {_fmt(r['median_step_s'], '.3f')} "
                             f"| {_fmt(r['train_wall_s'], '.1f')} | {_fmt(r['peak_memory_gb'].get('allocated'), '.2f')} "
                             f"| {r.get('optimizer', '')} | {_is_cell(r)} "
                             f"| {' | '.join(med)} |")
