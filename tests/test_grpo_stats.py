@@ -7,7 +7,7 @@ import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from rollout_bench import stats
-from rollout_bench.grpo import compare, driver, report, rewards
+from rollout_bench.grpo import compare, driver, report, rewards, timing
 from rollout_bench.grpo.config import TrainSpec
 from rollout_bench.grpo.phases import PHASES, PhaseClock
 from rollout_bench.grpo.stats_callback import StepStats
@@ -64,8 +64,8 @@ def test_phase_clock_times_are_exclusive():
 
 def test_median_step_skips_three_warmup_steps_and_falls_back_below_four():
     steps = [{"step": i, "step_wall_s": w} for i, w in enumerate([9.0, 8.0, 7.0, 1.0, 2.0, 3.0], 1)]
-    assert driver.median_step(steps) == (2.0, [4, 6])
-    assert driver.median_step(steps[:3]) == (8.0, [1, 3])
+    assert timing.median_step(steps) == (2.0, [4, 6])
+    assert timing.median_step(steps[:3]) == (8.0, [1, 3])
 
 
 def test_spec_from_workload_and_batch_invariant():
@@ -139,6 +139,23 @@ def test_compare_a_shorter_run_over_the_steps_both_ran(tmp_path):
     assert res["steps"] == {"ref": 4, "cand": 3} and res["common_steps"] == 3
     assert "steps: reference 4, candidate 3; compared over 3" in report.equivalence_table([out])
     assert res["diff"]["loss"]["n_compared"] == 3
+
+
+def test_step_time_ratio_of_a_shorter_run_is_over_the_steps_both_ran(tmp_path):
+    """A reference whose later steps got slower must not make a run stopped early look faster: both
+    medians are taken over steps 4..M of the M steps both ran."""
+    ref, _ = _train_stats(tmp_path, "hf_generate", loss=(0.1,) * 6, kl=(0.001,) * 6, n=(4,) * 6)
+    cand, _ = _train_stats(tmp_path, "transformers_cb", loss=(0.1,) * 5, kl=(0.001,) * 5, n=(4,) * 5)
+    for path, walls in ((ref, (9.0, 9.0, 9.0, 1.0, 2.0, 10.0)), (cand, (9.0, 9.0, 9.0, 2.0, 4.0))):
+        rec = json.loads(path.read_text())
+        for st, w in zip(rec["steps"], walls):
+            st["step_wall_s"] = w
+        med, span = timing.median_step(rec["steps"])
+        path.write_text(json.dumps({**rec, "median_step_s": med, "median_step_window": span}))
+    res = compare.compare(ref, cand, tmp_path / "c.json")
+    assert res["median_step_s"] == {"ref": 2.0, "cand": 3.0}  # each run's own: ratio would read 1.5
+    assert res["step_time_window"] == [4, 5] and res["common_median_step_s"] == {"ref": 1.5, "cand": 3.0}
+    assert res["step_time_ratio"] == 2.0
 
 
 @pytest.mark.parametrize("change,failing", [

@@ -12,6 +12,7 @@ import statistics
 
 from .. import atomic
 from .. import stats as stats_contract
+from . import timing
 
 TRAJECTORY = ("loss", "reward", "kl", "grad_norm")
 # Hyper-parameters that must match for the trajectories to be comparable; `options`, `device` and
@@ -110,7 +111,11 @@ def compare(ref_path, cand_path, out, *, kl_abs: float = KL_ABS_BOUND, kl_rel: f
     result["diff"] = {k: diff(ref, cand, k) for k in TRAJECTORY}
     result["range"] = {k: {"ref": value_range(ref, k), "cand": value_range(cand, k)} for k in TRAJECTORY}
     result["median_step_s"] = {"ref": ref["median_step_s"], "cand": cand["median_step_s"]}
-    result["step_time_ratio"] = cand["median_step_s"] / ref["median_step_s"]
+    # over the steps both ran (4..M): equal to the ratio of the runs' own medians when both ran every step
+    ref_med, cand_med, span = timing.common_median_steps(ref["steps"], cand["steps"])
+    result["step_time_window"] = span
+    result["common_median_step_s"] = {"ref": ref_med, "cand": cand_med}
+    result["step_time_ratio"] = cand_med / ref_med
     result["train_wall_s"] = {"ref": ref["train_wall_s"], "cand": cand["train_wall_s"]}
     result["peak_memory_gb"] = {"ref": ref["peak_memory_gb"], "cand": cand["peak_memory_gb"]}
     result["is_correction"] = {"ref": ref.get("is_correction"), "cand": cand.get("is_correction")}

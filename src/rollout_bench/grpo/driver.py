@@ -11,7 +11,6 @@ adapter and hyper-parameters for every backend; only the rollout path differs.
 import dataclasses
 import math
 import os
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,6 @@ from .phases import PHASES, PhaseClock
 from .stats_callback import StepStats
 from .wall_budget import WallBudget
 
-SKIP_STEPS = 3  # median step time over steps 4..N: the first three pay compile / graph / allocator warm-up
 CPU_CB_BLOCK_SIZE = 32
 CPU_CB_MAX_BATCH_TOKENS = 512
 
@@ -36,14 +34,6 @@ class Run:
     train_wall_s: float
     peak_memory_gb: dict
     info: dict = field(default_factory=dict)
-
-
-def median_step(steps: list[dict]) -> tuple[float, list[int]]:
-    """Median step wall over steps 4..N; with fewer than 4 steps, over all of them (the range says which)."""
-    timed = [s for s in steps if s.get("step_wall_s") is not None]
-    assert timed, "no timed steps"
-    window = timed[SKIP_STEPS:] if len(timed) > SKIP_STEPS else timed
-    return statistics.median(s["step_wall_s"] for s in window), [window[0]["step"], window[-1]["step"]]
 
 
 def load_tokenizer(model_dir: str):

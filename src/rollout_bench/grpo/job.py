@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import envinfo, stats
-from . import availability
+from . import availability, timing
 from .config import TrainSpec
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
     bad = gate(run, spec, steps)
     if bad:
         return stats.finish(stats.failed(record, bad), out)
-    median, window = driver.median_step(run.steps)
+    median, window = timing.median_step(run.steps)
     record.update(median_step_s=round(median, 4), median_step_window=window, train_wall_s=run.train_wall_s,
                   peak_memory_gb=run.peak_memory_gb)
     return stats.finish(record, out)

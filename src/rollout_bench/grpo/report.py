@@ -16,7 +16,8 @@ EQUIVALENCE_CAPTION = (
     "the reference's largest KL), both runs' optimizers held the LoRA parameters and moved them, it ran "
     "the identical reward code (rewards.py sha256) and hyper-parameters, and it produced the same number "
     "of completions at every step (over the steps both ran, when one ran fewer: the notes say so). "
-    "Step-time ratio = candidate median step / reference median step (steps 4..N)."
+    "Step-time ratio = candidate median step / reference median step, both over steps 4..N of the steps both "
+    "ran."
 )
 CHART_METRICS = {"reward": "mean reward", "kl": "KL to reference", "step_wall_s": "step wall (s)"}
 
