@@ -27,4 +27,4 @@ def test_readme_tables_are_the_published_ones():
     table = (root / "results/published/h200-2026-11-29-vllm/tables/generate.md").read_text().strip()
     assert table.replace("### ", "#### ") in readme
     for name in ("train", "equivalence"):
-        assert (root / f"results/published/h200-2026-11-29-grpo2/tables/{name}.md").read_text().strip() in readme
+        assert (root / f"results/published/h200-2026-11-29-grpo3/tables/{name}.md").read_text().strip() in readme
