@@ -23,7 +23,8 @@ def common_median_steps(ref_steps: list[dict], cand_steps: list[dict]) -> tuple[
     cand_timed = {s["step"] for s in cand_steps if s.get("step_wall_s") is not None}
     shared = [s for s in ref_steps if s.get("step_wall_s") is not None and s["step"] in cand_timed]
     assert shared, "no step timed in both runs"
+    steps = {s["step"] for s in shared}
     ref_med, span = median_step(shared)
-    cand_med, cand_span = median_step([s for s in cand_steps if s["step"] in {x["step"] for x in shared}])
+    cand_med, cand_span = median_step([s for s in cand_steps if s["step"] in steps])
     assert span == cand_span, (span, cand_span)
     return ref_med, cand_med, span
