@@ -1,6 +1,7 @@
 """The step-stats callback, the phase clock, compare() and the report renderers, on synthetic data."""
 import json
 import math
+import sys
 import time
 
 import pytest
@@ -8,7 +9,7 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from rollout_bench import stats
 from rollout_bench.grpo import compare, driver, report, rewards, timing
-from rollout_bench.grpo.config import TrainSpec
+from rollout_bench.grpo.config import TrainSpec, check_optimizer
 from rollout_bench.grpo.phases import PHASES, PhaseClock
 from rollout_bench.grpo.stats_callback import StepStats
 
@@ -80,7 +81,8 @@ def test_spec_from_workload_and_batch_invariant():
 # ---- compare() and the renderers on synthetic stats files -------------------------------------------------------
 
 def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.002, 0.003, 0.002),
-                 n=(4, 4, 4, 4), median=1.0, reward_sha=None, status="ok", lr=5e-6, moved=0.01):
+                 n=(4, 4, 4, 4), median=1.0, reward_sha=None, status="ok", lr=5e-6, moved=0.01,
+                 optimizer="adamw_torch"):
     wl = {"lora_rank": 32, "num_generations": 4, "sampling": {"temperature": 0.1}, "ignore_eos": False,
           "max_new_tokens": 16}
     rec = stats.base("train", backend=backend, variant="default", model="qwen3-tiny", workload=wl)
@@ -95,7 +97,7 @@ def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.0
             s.update({"sampling/sampling_logp_difference/mean": 0.01 * (i + 1),
                       "sampling/importance_sampling_ratio/mean": 1.0 - 0.01 * i})
     rec.update(steps=steps, median_step_s=median, train_wall_s=median * len(steps),
-               peak_memory_gb={"allocated": None, "reserved": None}, optimizer="adamw_torch",
+               peak_memory_gb={"allocated": None, "reserved": None}, optimizer=optimizer,
                optimizer_params=64, adapter_update_norm=moved,
                is_correction=backend == "flex", is_mode="sequence_mask" if backend == "flex" else None,
                reward_sha256=reward_sha or rewards.source_sha256(),
@@ -165,6 +167,7 @@ def test_step_time_ratio_of_a_shorter_run_is_over_the_steps_both_ran(tmp_path):
     ({"n": (4, 4, 8, 4)}, "completion_counts"),
     ({"reward_sha": "0" * 64}, "reward_code"),
     ({"lr": 1e-5}, "hyperparameters"),
+    ({"optimizer": "adamw_8bit"}, "hyperparameters"),  # the trainer's optimizer, not only the grpo dict
     ({"moved": 0.0}, "adapter_trained"),  # an optimizer without the LoRA parameters: nothing learned
 ])
 def test_compare_gate_failures(tmp_path, change, failing):
@@ -173,6 +176,27 @@ def test_compare_gate_failures(tmp_path, change, failing):
     res = compare.compare(ref, cand, tmp_path / "c.json")
     assert not res["gate"]["passed"]
     assert [k for k, c in res["gate"]["checks"].items() if not c["ok"]] == [failing]
+
+
+def test_compare_reads_the_trainers_optimizer_not_the_requested_name(tmp_path):
+    # stats made before `train.optim` existed have no grpo.optim; the optimizer the trainer built decides
+    ref, _ = _train_stats(tmp_path, "hf_generate")
+    cand, _ = _train_stats(tmp_path, "unsloth")
+    rec = json.loads(cand.read_text())
+    rec["grpo"]["optim"] = "adamw_torch"
+    cand.write_text(json.dumps(rec))
+    assert compare.compare(ref, cand, tmp_path / "c.json")["gate"]["checks"]["hyperparameters"]["ok"]
+    rec["optimizer"] = "adamw_8bit"
+    cand.write_text(json.dumps(rec))
+    check = compare.compare(ref, cand, tmp_path / "c.json")["gate"]["checks"]["hyperparameters"]
+    assert not check["ok"] and check["detail"] == "differ in ['optimizer']"
+
+
+def test_an_8bit_optimizer_without_bitsandbytes_names_the_setting(monkeypatch):
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # import fails as where it is not installed
+    with pytest.raises(ValueError, match=r"train\.optim: 'adamw_8bit' needs bitsandbytes.*set train\.optim to adamw_torch"):
+        check_optimizer("adamw_8bit")
+    check_optimizer("adamw_torch")
 
 
 def test_compare_with_a_skipped_backend_says_why(tmp_path):

@@ -243,6 +243,7 @@ def train_workload(cfg: dict, model: str, backend: str) -> dict:
         "sampling_preset": tr["sampling"] if isinstance(tr["sampling"], str) else None,
         "ignore_eos": False,
         "max_new_tokens": tr["max_completion_length"],
+        "optim": tr["optim"],
         "dataset": cfg["dataset"]["source"],
         "device": "cuda" if gpu else "cpu",
         "dtype": dtype,

@@ -17,7 +17,9 @@ from . import timing
 TRAJECTORY = ("loss", "reward", "kl", "grad_norm")
 # Hyper-parameters that must match for the trajectories to be comparable; `options`, `device` and
 # `dtype` are per-backend engine settings and may differ.
-NOT_COMPARED = ("options", "device", "dtype")
+# `optim` is what the config asked for; the check reads the optimizer the trainer built (`optimizer`),
+# which every stats file has (`optim` came later)
+NOT_COMPARED = ("options", "device", "dtype", "optim")
 KL_ABS_BOUND = 0.05  # a KL up to this is in range whatever the reference did
 KL_REL_BOUND = 10.0  # ... and up to this many times the reference's largest KL
 
@@ -84,9 +86,10 @@ def gate(ref: dict, cand: dict, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL
         f"{name}: optimizer over {n} parameters, LoRA moved by {u:.3g}" if n is not None and u is not None
         else f"{name}: optimizer parameters and LoRA update not recorded" for name, (n, u) in moved.items()))
 
-    hp = lambda r: {k: v for k, v in (r.get("grpo") or {}).items() if k not in NOT_COMPARED}  # noqa: E731
+    hp = lambda r: {**{k: v for k, v in (r.get("grpo") or {}).items() if k not in NOT_COMPARED},  # noqa: E731
+                    "optimizer": r.get("optimizer")}
     differs = sorted(k for k in set(hp(ref)) | set(hp(cand)) if hp(ref).get(k) != hp(cand).get(k))
-    checks["hyperparameters"] = _check(bool(hp(ref)) and not differs,
+    checks["hyperparameters"] = _check(bool(ref.get("grpo")) and not differs,
                                        "identical" if not differs else f"differ in {differs}")
     return {"passed": all(c["ok"] for c in checks.values()), "checks": checks,
             "kl_bound": {"abs": kl_abs, "rel": kl_rel}}

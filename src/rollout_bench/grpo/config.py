@@ -20,6 +20,9 @@ class TrainSpec:
     lr_scheduler_type: str = "linear"
     # Same clipping on every backend, so logged grad norms compare (the seed's cb_paged 919 vs 1.0).
     max_grad_norm: float = 1.0
+    # One optimizer for every backend (a run's speed and updates depend on it). The seed's adamw_8bit
+    # needs bitsandbytes, which only the unsloth environment has, so the default is plain AdamW.
+    optim: str = "adamw_torch"
     # TRL 1.15 defaults beta to 0 (no reference pass, no `kl` metric); the KL trajectory is what the
     # equivalence check reads, so the run keeps DeepSeekMath's coefficient.
     beta: float = 0.04
@@ -64,19 +67,23 @@ class TrainSpec:
         return d
 
 
-def optimizer_name() -> str:
-    """The seed's 8-bit AdamW where bitsandbytes imports, plain AdamW otherwise (recorded in the stats)."""
+def check_optimizer(optim: str) -> None:
+    """A bitsandbytes optimizer where bitsandbytes does not import fails here, naming the setting."""
+    if "8bit" not in optim:
+        return
     try:
         import bitsandbytes  # noqa: F401
-    except Exception:  # noqa: BLE001 — a broken CUDA build raises more than ImportError
-        return "adamw_torch"
-    return "adamw_8bit"
+    except Exception as e:  # noqa: BLE001 — a broken CUDA build raises more than ImportError
+        raise ValueError(f"config error at train.optim: {optim!r} needs bitsandbytes, which does not import here "
+                         f"({type(e).__name__}: {e}); set train.optim to adamw_torch, or install bitsandbytes "
+                         f"in every training backend's environment") from e
 
 
 def grpo_config(spec: TrainSpec, backend: str, *, max_steps: int, output_dir: str, max_prompt_len: int | None = None):
     """TRL's GRPOConfig for `backend`; max_prompt_len bounds vLLM's context (else the model's 40k)."""
     from trl import GRPOConfig
 
+    check_optimizer(spec.optim)
     s = spec.sampling
     kw = dict(
         output_dir=output_dir,
@@ -87,7 +94,7 @@ def grpo_config(spec: TrainSpec, backend: str, *, max_steps: int, output_dir: st
         weight_decay=spec.weight_decay,
         warmup_steps=spec.warmup_ratio,  # transformers 5: a float below 1 is a ratio of the total steps
         lr_scheduler_type=spec.lr_scheduler_type,
-        optim=optimizer_name(),
+        optim=spec.optim,
         max_grad_norm=spec.max_grad_norm,
         beta=spec.beta,
         per_device_train_batch_size=spec.batch_size,

@@ -19,7 +19,7 @@ import torch
 
 from ..assets import chat
 from . import data, flex_rollout, rewards, trl_cpu
-from .config import LORA_TARGETS, TrainSpec, grpo_config, optimizer_name
+from .config import LORA_TARGETS, TrainSpec, grpo_config
 from .phases import PHASES, PhaseClock
 from .stats_callback import StepStats
 from .wall_budget import WallBudget
@@ -180,7 +180,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
     step_records = merge(stats_cb.records(), clock.steps)
     info = {
         "optimizer": str(getattr(args.optim, "value", args.optim)),
-        "optimizer_requested": optimizer_name(),
+        "optimizer_requested": spec.optim,
         "is_correction": is_correction,
         "is_mode": args.vllm_importance_sampling_mode if is_correction else None,
         "sampler_logprobs": sampler_logprobs,
