@@ -22,9 +22,9 @@ def test_head_to_head_takes_each_sides_fastest_variant_and_says_what_is_missing(
     ])
     lines = render.head_to_head(df, "flex", "vllm").splitlines()
     assert lines[0] == "### flex / vllm"
-    assert "| m | greedy | 0 | greedy | 1 | 64 | 1,500 | 1,000 | 1.50 | 20.0 | 120.0 |" in lines
-    assert "| m | sweep | 0 | greedy | 1 | 8 | 300 | skipped |  | 10.0 |  |" in lines
-    assert "| m | lora | 0 | greedy | 1 | 64 | not run | 900 |  |  | 10.0 |" in lines
+    assert "| m | greedy | 0 | greedy | 1 | 64 | graphs | 1,500 | default | 1,000 | 1.50 | 20.0 | 120.0 |" in lines
+    assert "| m | sweep | 0 | greedy | 1 | 8 | default | 300 | default | skipped |  | 10.0 |  |" in lines
+    assert "| m | lora | 0 | greedy | 1 | 64 |  | not run | default | 900 |  |  | 10.0 |" in lines
 
 
 def test_head_to_head_without_either_backend_says_so():

@@ -57,31 +57,31 @@ def _best_ok(df: pd.DataFrame, backend: str) -> pd.DataFrame:
 
 
 def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
-    """`a` against `b` wherever either ran: decode tok/s of each (its fastest variant), a / b, and peak
-    memory (the engine's reserved pool where it reports one, else torch's peak allocation)."""
+    """`a` against `b` wherever either ran: decode tok/s of each (its fastest variant, named), a / b, and
+    peak memory (the engine's reserved pool where it reports one, else torch's peak allocation)."""
     left, right = _best_ok(df, a), _best_ok(df, b)
     keys = sorted(set(left.index) | set(right.index))
     if not keys:
         return f"### {a} / {b}\n\nNeither {a} nor {b} is in these results.\n"
     lines = [f"### {a} / {b}", "",
-             f"| model | case | LoRA r | sampling | n | batch | {a} tok/s | {b} tok/s | {a} / {b} "
-             f"| {a} peak reserved GB | {b} peak reserved GB |",
-             "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|"]
+             f"| model | case | LoRA r | sampling | n | batch | {a} variant | {a} tok/s | {b} variant | {b} tok/s "
+             f"| {a} / {b} | {a} peak reserved GB | {b} peak reserved GB |",
+             "|---|---|--:|---|--:|--:|---|--:|---|--:|--:|--:|--:|"]
 
     def side(t, key):
         if key not in t.index:
-            return "not run", None, ""
+            return "", "not run", None, ""
         r = t.loc[key]
         if r.status != "ok":
-            return r.status, None, ""
-        return _fmt(r.decode_tps), r.decode_tps, _fmt(r.peak_gb, ".1f")
+            return r.variant, r.status, None, ""
+        return r.variant, _fmt(r.decode_tps), r.decode_tps, _fmt(r.peak_gb, ".1f")
 
     for key in keys:
         first = (left if key in left.index else right).loc[key]
-        (ta, va, ma), (tb, vb, mb) = side(left, key), side(right, key)
+        (na, ta, va, ma), (nb, tb, vb, mb) = side(left, key), side(right, key)
         ratio = _fmt(va / vb, ".2f") if va is not None and vb else ""
         lines.append(f"| {key[0]} | {key[1]} | {first.lora_rank} | {first.sampling} | {first.num_generations} "
-                     f"| {key[2]} | {ta} | {tb} | {ratio} | {ma} | {mb} |")
+                     f"| {key[2]} | {na} | {ta} | {nb} | {tb} | {ratio} | {ma} | {mb} |")
     return "\n".join(lines) + "\n"
 
 
