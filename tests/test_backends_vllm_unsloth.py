@@ -266,6 +266,8 @@ def test_unsloth_load_copies_the_shared_adapter(monkeypatch, tiny):
     assert all(torch.equal(own[k], ref_params[k]) for k in own)
     prompts = [[5, 9, 11], [7, 3], [4, 4, 4, 4]]
     assert gen.generate(prompts, 2) == ref.generate(prompts, 2)
+    n_bytes = sum(t.numel() * t.element_size() for t in [*gen.model.parameters(), *gen.model.buffers()])
+    assert gen.info() == {"weights_gb": round(n_bytes / 1e9, 3), "linear4bit_modules": 0}
 
     calls.clear()
     us.load_model(spec(model_dir=tiny["model"], variant="4bit"))

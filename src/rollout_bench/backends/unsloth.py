@@ -112,7 +112,30 @@ def load_model(spec):
     return model
 
 
-def load(spec):
-    from . import hf_model  # batched, left-padded model.generate: the same driver as the HF rows
+def weights_info(model) -> dict:
+    """What was loaded: bytes of the weights as stored (a 4-bit base packs two values a byte) and
+    how many linears bitsandbytes quantised, so a `4bit` row shows it ran 4-bit."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    return {"weights_gb": round(sum(t.numel() * t.element_size() for t in tensors) / 1e9, 3),
+            "linear4bit_modules": sum(type(m).__name__ == "Linear4bit" for m in model.modules())}
 
-    return hf_model.Generator(spec, model=load_model(spec))
+
+class Generator:
+    """hf_model's batched, left-padded model.generate (the HF rows' driver) on Unsloth's model."""
+
+    def __init__(self, spec):
+        from . import hf_model
+
+        self._gen = hf_model.Generator(spec, model=load_model(spec))
+        self.model = self._gen.model
+        self._info = weights_info(self.model)
+
+    def generate(self, prompts, n):
+        return self._gen.generate(prompts, n)
+
+    def info(self) -> dict:
+        return self._info
+
+
+def load(spec):
+    return Generator(spec)

@@ -14,7 +14,7 @@ EQUIVALENCE_CAPTION = (
     "they are not the test. A backend is equivalent to the reference when every step has a finite loss, "
     "its KL stays non-negative and within the bound (the larger of an absolute floor and a multiple of "
     "the reference's largest KL), both runs' optimizers held the LoRA parameters and moved them, it ran "
-    "the identical reward code (rewards.py sha256) and hyper-parameters, and it produced the same number "
+    "the identical reward code (rewards.py sha256), hyper-parameters and optimizer, and it produced the same number "
     "of completions at every step (over the steps both ran, when one ran fewer: the notes say so). "
     "Step-time ratio = candidate median step / reference median step, both over steps 4..N of the steps both "
     "ran."
