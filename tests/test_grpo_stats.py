@@ -3,6 +3,7 @@ import json
 import math
 import sys
 import time
+import types
 
 import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
@@ -61,6 +62,37 @@ def test_phase_clock_times_are_exclusive():
     with pytest.raises(AssertionError):
         with clock.phase("not-a-phase"):
             pass
+
+
+def test_phase_clock_counts_a_loss_computed_outside_the_logprob_method_as_forward():
+    """Unsloth's compute_loss runs its own fused forward; TRL's calls _get_per_token_logps_and_entropies."""
+    class Trainer:
+        accelerator = types.SimpleNamespace(backward=lambda loss: time.sleep(0.01))
+
+        def _generate(self, prompts):
+            return None, [[1]] * len(prompts)
+
+        def _calculate_rewards(self, *a):
+            return None
+
+        def _get_per_token_logps_and_entropies(self, *a):
+            time.sleep(0.02)
+
+        def compute_loss(self, fused):
+            if not fused:
+                self._get_per_token_logps_and_entropies()
+            time.sleep(0.03)
+
+        def add_callback(self, cb):
+            pass
+
+    for fused in (True, False):
+        trainer, clock = Trainer(), PhaseClock()
+        clock.install(trainer)
+        trainer.compute_loss(fused)
+        clock.on_step_end(None, _state(1), None)
+        rec = clock.steps[1]
+        assert rec["time/forward_s"] >= (0.03 if fused else 0.05) and rec["time/logprobs_s"] == 0.0
 
 
 def test_median_step_skips_three_warmup_steps_and_falls_back_below_four():

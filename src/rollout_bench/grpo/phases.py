@@ -59,11 +59,13 @@ class PhaseClock(TrainerCallback):
     def install(self, trainer) -> "PhaseClock":
         # GRPOTrainer private methods (TRL 1.15.0): _generate = rollout + decode; the no-grad
         # _get_per_token_logps_and_entropies calls are the old-policy and reference passes, the
-        # grad-enabled one is the loss forward.
+        # grad-enabled one is the loss forward. compute_loss counts as forward too: Unsloth's runs
+        # its fused loss (the policy forward included) without that method doing the work.
         self._wrap(trainer, "_generate", lambda: "rollout")
         self._wrap(trainer, "_calculate_rewards", lambda: "rewards")
         self._wrap(trainer, "_get_per_token_logps_and_entropies",
                    lambda: "forward" if torch.is_grad_enabled() else "logprobs")
+        self._wrap(trainer, "compute_loss", lambda: "forward")
         self._wrap(trainer.accelerator, "backward", lambda: "backward")
         generate = trainer._generate
 
