@@ -1,7 +1,6 @@
 """The step-stats callback, the phase clock, compare() and the report renderers, on synthetic data."""
 import json
 import math
-import sys
 import time
 import types
 
@@ -225,10 +224,15 @@ def test_compare_reads_the_trainers_optimizer_not_the_requested_name(tmp_path):
 
 
 def test_an_8bit_optimizer_without_bitsandbytes_names_the_setting(monkeypatch):
-    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # import fails as where it is not installed
-    with pytest.raises(ValueError, match=r"train\.optim: 'adamw_8bit' needs bitsandbytes.*set train\.optim to adamw_torch"):
-        check_optimizer("adamw_8bit")
-    check_optimizer("adamw_torch")
+    import transformers.trainer_optimizer
+
+    # as where bitsandbytes is not installed; paged_adamw_32bit needs it too (no "8bit" in its name)
+    monkeypatch.setattr(transformers.trainer_optimizer, "is_bitsandbytes_available", lambda: False)
+    for optim in ("adamw_8bit", "paged_adamw_32bit"):
+        with pytest.raises(ValueError, match=rf"train\.optim: '{optim}' cannot be built here \(ImportError: "
+                                             r"You need to install `bitsandbytes`.*set train\.optim to adamw_torch"):
+            check_optimizer(TrainingArguments(output_dir="/tmp/unused", report_to="none", optim=optim))
+    check_optimizer(TrainingArguments(output_dir="/tmp/unused", report_to="none", optim="adamw_torch"))
 
 
 def test_compare_with_a_skipped_backend_says_why(tmp_path):

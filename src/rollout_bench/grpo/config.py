@@ -67,23 +67,26 @@ class TrainSpec:
         return d
 
 
-def check_optimizer(optim: str) -> None:
-    """A bitsandbytes optimizer where bitsandbytes does not import fails here, naming the setting."""
-    if "8bit" not in optim:
-        return
+def check_optimizer(args) -> None:
+    """The trainer's own optimizer lookup for `args.optim`, run before any model loads, so a missing
+    package (bitsandbytes for adamw_8bit, ...) fails at once, naming the setting."""
+    from transformers import Trainer
+
     try:
-        import bitsandbytes  # noqa: F401
-    except Exception as e:  # noqa: BLE001 — a broken CUDA build raises more than ImportError
-        raise ValueError(f"config error at train.optim: {optim!r} needs bitsandbytes, which does not import here "
-                         f"({type(e).__name__}: {e}); set train.optim to adamw_torch, or install bitsandbytes "
-                         f"in every training backend's environment") from e
+        Trainer.get_optimizer_cls_and_kwargs(args)
+    except ValueError:  # needs the model (GaLore, LOMO): the trainer checks again when it builds the optimizer
+        return
+    except Exception as e:  # noqa: BLE001 — ImportError, or a broken CUDA build of the package
+        optim = getattr(args.optim, "value", args.optim)  # an OptimizerNames member once the args exist
+        raise ValueError(f"config error at train.optim: {optim!r} cannot be built here ({type(e).__name__}: "
+                         f"{e}); set train.optim to adamw_torch, or install what it needs in every training "
+                         f"backend's environment") from e
 
 
 def grpo_config(spec: TrainSpec, backend: str, *, max_steps: int, output_dir: str, max_prompt_len: int | None = None):
     """TRL's GRPOConfig for `backend`; max_prompt_len bounds vLLM's context (else the model's 40k)."""
     from trl import GRPOConfig
 
-    check_optimizer(spec.optim)
     s = spec.sampling
     kw = dict(
         output_dir=output_dir,
@@ -125,4 +128,6 @@ def grpo_config(spec: TrainSpec, backend: str, *, max_steps: int, output_dir: st
         kw.update(use_vllm=True, vllm_mode="colocate",
                   vllm_gpu_memory_utilization=spec.options.get("gpu_memory_utilization", 0.3),
                   vllm_max_model_length=max_prompt_len + spec.max_completion_length if max_prompt_len else None)
-    return GRPOConfig(**kw)
+    args = GRPOConfig(**kw)
+    check_optimizer(args)
+    return args
