@@ -76,7 +76,7 @@ def check_optimizer(args) -> None:
         Trainer.get_optimizer_cls_and_kwargs(args)
     except ValueError:  # needs the model (GaLore, LOMO): the trainer checks again when it builds the optimizer
         return
-    except Exception as e:  # noqa: BLE001 — ImportError, or a broken CUDA build of the package
+    except Exception as e:  # ImportError, or a broken CUDA build of the package
         optim = getattr(args.optim, "value", args.optim)  # an OptimizerNames member once the args exist
         raise ValueError(f"config error at train.optim: {optim!r} cannot be built here ({type(e).__name__}: "
                          f"{e}); set train.optim to adamw_torch, or install what it needs in every training "

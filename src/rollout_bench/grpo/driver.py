@@ -180,7 +180,6 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
     step_records = merge(stats_cb.records(), clock.steps)
     info = {
         "optimizer": str(getattr(args.optim, "value", args.optim)),
-        "optimizer_requested": spec.optim,
         "is_correction": is_correction,
         "is_mode": args.vllm_importance_sampling_mode if is_correction else None,
         "sampler_logprobs": sampler_logprobs,
