@@ -64,8 +64,8 @@ def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
     if not keys:
         return f"### {a} / {b}\n\nNeither {a} nor {b} is in these results.\n"
     lines = [f"### {a} / {b}", "",
-             f"| model | case | LoRA r | sampling | n | batch | {a} variant | {a} tok/s | {b} variant | {b} tok/s "
-             f"| {a} / {b} | {a} peak reserved GB | {b} peak reserved GB |",
+             (f"| model | case | LoRA r | sampling | n | batch | {a} variant | {a} tok/s | {b} variant | {b} tok/s "
+              f"| {a} / {b} | {a} peak reserved GB | {b} peak reserved GB |"),
              "|---|---|--:|---|--:|--:|---|--:|---|--:|--:|--:|--:|"]
 
     def side(t, key):

@@ -86,7 +86,7 @@ def gate(ref: dict, cand: dict, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL
         f"{name}: optimizer over {n} parameters, LoRA moved by {u:.3g}" if n is not None and u is not None
         else f"{name}: optimizer parameters and LoRA update not recorded" for name, (n, u) in moved.items()))
 
-    hp = lambda r: {**{k: v for k, v in (r.get("grpo") or {}).items() if k not in NOT_COMPARED},  # noqa: E731
+    hp = lambda r: {**{k: v for k, v in (r.get("grpo") or {}).items() if k not in NOT_COMPARED},
                     "optimizer": r.get("optimizer")}
     differs = sorted(k for k in set(hp(ref)) | set(hp(cand)) if hp(ref).get(k) != hp(cand).get(k))
     checks["hyperparameters"] = _check(bool(ref.get("grpo")) and not differs,
