@@ -37,3 +37,26 @@ def test_run_without_cuda_writes_a_skipped_record(tiny_assets, tmp_path):
     saved = json.loads(out.read_text())
     assert saved["workload"]["batch_sizes"] == [8, 64] and saved["env"]["torch"]
     assert kernel_tuning.options_for(saved, 64) == {}
+
+
+def test_to_mid_generation_stops_half_way_whatever_the_decode_chunk(tiny_assets):
+    """An ignore_eos batch decodes in chunks of up to decode_chunk_no_eos steps: stepping the engine
+    new_tokens // 2 // decode_chunk times (the old warm-up) ran it to its end and left nothing to time."""
+    import random
+
+    from rollout_bench.engine import Engine, EngineConfig
+
+    cfg = EngineConfig(max_batch=4, max_seq_len=192, decode_chunk=16, decode_chunk_no_eos=64)
+    engine = Engine.from_pretrained(tiny_assets["model"], cfg)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(engine.runner.vocab) for _ in range(rng.randint(20, 40))] for _ in range(4)]
+    running = autotune.to_mid_generation(engine, prompts, new_tokens=128, timed_steps=16)
+    assert len(running) == 4 and [s.num_generated for s in running] == [64] * 4
+    # every row has its timed chunk's pages: the graph replays write inside the sequence's own pages
+    assert all(engine.runner.pages.pages_needed(s.num_tokens - 1 + 16, s.slot) == 0 for s in running)
+    engine.abort()
+    short = autotune.to_mid_generation(engine, prompts[:2], new_tokens=24, timed_steps=16)
+    assert [s.remaining for s in short] == [16, 16]  # short runs keep a full timed chunk to go
+    engine.abort()
+    with pytest.raises(AssertionError, match="above the timed chunk"):
+        autotune.to_mid_generation(engine, prompts, new_tokens=16, timed_steps=16)

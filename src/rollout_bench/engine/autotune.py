@@ -54,6 +54,27 @@ def best_options(ms: dict[str, float | str], min_gain: float = MIN_GAIN) -> dict
     return json.loads(best) if timed[best] < (1 - min_gain) * timed["{}"] else {}
 
 
+def to_mid_generation(engine, prompts: list[list[int]], new_tokens: int, timed_steps: int) -> list:
+    """Submit `prompts` (ignore_eos, greedy) and decode about half of new_tokens, leaving each
+    sequence at least `timed_steps` steps to go, with the pages for them reserved: the rows that a
+    kernel timing then replays. Chunks are capped at what is left to the target, since without EOS
+    a chunk runs up to decode_chunk_no_eos steps and would otherwise run the batch to its end."""
+    assert new_tokens > timed_steps >= 1, \
+        f"autotune needs max_new_tokens ({new_tokens}) above the timed chunk ({timed_steps} decode steps)"
+    sched = engine.scheduler
+    target = max(1, min(new_tokens // 2, new_tokens - timed_steps))  # completion tokens before the timing
+    engine.submit(prompts, Sampling(), new_tokens, ignore_eos=True)
+    engine.step(max_steps=0)  # prefill: every admitted sequence now has its first token
+    while sched.running and (todo := target - min(s.num_generated for s in sched.running)) > 0:
+        engine.step(max_steps=todo)
+    sched.reserve(timed_steps)
+    engine.runner.pages.sync()
+    running = list(sched.running)
+    assert running and all(s.remaining >= timed_steps for s in running), \
+        f"no sequence left mid-generation to time ({len(running)} running of {len(prompts)})"
+    return running
+
+
 @torch.no_grad()
 def step_sweep(engine, prompts: list[list[int]], new_tokens: int, candidates=CANDIDATES, rounds: int = 3) -> dict:
     """Decode-step ms of each candidate for len(prompts) rows, mid-generation (about half of
@@ -62,12 +83,7 @@ def step_sweep(engine, prompts: list[list[int]], new_tokens: int, candidates=CAN
     assert runner.graphs_on, "step_sweep times CUDA graph replays"
     assert not sched.has_work, "step_sweep needs an idle engine"
     chunk = runner.cfg.decode_chunk
-    engine.submit(prompts, Sampling(), new_tokens, ignore_eos=True)
-    for _ in range(max(1, new_tokens // 2 // chunk)):
-        engine.step()
-    sched.reserve(chunk)
-    runner.pages.sync()
-    running = list(sched.running)
+    running = to_mid_generation(engine, prompts, new_tokens, chunk)
     bucket = next(b for b in runner.buckets if b >= len(running))
     own_opts, own_graph = runner.decode_opts, runner.graphs.pop((bucket, "greedy"), None)
     graphs, ms = {}, {}

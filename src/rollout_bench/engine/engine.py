@@ -124,8 +124,9 @@ class Engine:
         return [s.completion() for s in seqs]
 
     @torch.no_grad()
-    def step(self) -> None:
-        """Admit and prefill what fits, then run one chunk of decode steps."""
+    def step(self, max_steps: int | None = None) -> None:
+        """Admit and prefill what fits, then run one chunk of at most max_steps decode steps
+        (0: prefill only)."""
         sched, pages = self.scheduler, self.runner.pages
         # prefill first, pass after pass while groups fit: decoding at the largest batch amortises
         # the weight reads best
@@ -142,9 +143,10 @@ class Engine:
             self.timings["prefill_s"] += time.perf_counter() - t0
             self.timings["prefill_tokens"] += sum(g[0].num_tokens - 1 for g in groups)
             sched.finish([s for s in seqs if s.finished])
-        if not sched.running:
+        if not sched.running or max_steps == 0:
             return
-        chunk = min(sched.chunk_cap(sched.running), min(s.remaining for s in sched.running))
+        chunk = min(sched.chunk_cap(sched.running), min(s.remaining for s in sched.running),
+                    max_steps or self.config.max_chunk)
         sched.reserve(chunk)
         if not sched.running:
             return
