@@ -18,7 +18,7 @@ try:
 except rb_config.ConfigError as e:
     raise WorkflowError(str(e)) from None
 
-GPU_PER_JOB = 1 if CFG["profile"] == "gpu" else 0
+GPU_PER_JOB = 1 if rb_config.uses_gpu(CFG) else 0
 GEN_JOBS = rb_config.gen_jobs(CFG)
 GEN_STATS = [j.path for j in GEN_JOBS]
 TRAIN_STATS = [j.path for j in rb_config.train_jobs(CFG)]
@@ -29,9 +29,19 @@ _BY_SLUG = {rb_config.model_slug(m): m for m in CFG["models"]}
 _gpu_budget = workflow.global_resources.get("gpu")
 try:
     rb_lease.check_budget(GPU_PER_JOB, getattr(_gpu_budget, "value", _gpu_budget),
-                          rb_lease.host_gpu_count())
+                          rb_lease.host_gpu_count(), CFG["gpu"]["jobs_per_gpu"])
 except rb_lease.LeaseError as e:
     raise WorkflowError(str(e)) from None
+try:
+    _cores = workflow.cores
+except WorkflowError:  # a dry run without --cores
+    _cores = 1
+# Snakemake's share of --cores per GPU job, so that `--resources gpu=N` jobs are admitted at once; the
+# lease pins each job to its GPU's share of the host's CPUs (cpu_share.py), recorded in its stats.
+GPU_JOB_THREADS = max(1, _cores // max(1, getattr(_gpu_budget, "value", _gpu_budget) or 1)) if GPU_PER_JOB else 1
+# every GPU job runs under the lease: its GPUs, its CPU share, its line in the lease log
+LEASE = (f"python -m rollout_bench.gpu_lease --gpus {{resources.gpu}} --lock-dir {CFG['gpu']['lock_dir']} "
+         f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}--job {{output}} ")
 
 SRC = "src/rollout_bench"
 HARNESS = [f"{SRC}/{f}" for f in ("generation.py", "stats.py", "workload.py", "envinfo.py",

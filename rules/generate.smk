@@ -18,18 +18,17 @@ rule generate:
         adapter=lambda wc: lora_dir(wc.model) if job_workload(wc)["lora_rank"] else "",
         dataset=dataset_dir(),
         pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
-        lock_dir=CFG["gpu"]["lock_dir"],
     log:
         "results/logs/generate/{model}/{backend}/{variant}/{case}/bs{bs}.log",
     benchmark:
         "results/benchmarks/generate/{model}/{backend}/{variant}/{case}/bs{bs}.tsv"
+    threads: GPU_JOB_THREADS
     resources:
         gpu=GPU_PER_JOB,
     conda:
         backend_env
     shell:
-        "python -m rollout_bench.gpu_lease --gpus {resources.gpu} --pin '{params.pin}' "
-        "--lock-dir {params.lock_dir} -- "
+        LEASE + "--pin '{params.pin}' -- "
         "python -m rollout_bench generate --backend {wildcards.backend} --variant {wildcards.variant} "
         "--model {wildcards.model} --case {wildcards.case} --workload {params.workload:q} "
         "--model-dir {params.model_dir} --adapter '{params.adapter}' --dataset {params.dataset} "
@@ -47,16 +46,16 @@ rule autotune:
         workload=lambda wc: json.dumps(rb_config.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
         batch_sizes=",".join(map(str, CFG["autotune"]["batch_sizes"])),
         model_dir=lambda wc: model_dir(wc.model),
-        lock_dir=CFG["gpu"]["lock_dir"],
     log:
         "results/logs/autotune/{model}/decode_opts.log",
     benchmark:
         "results/benchmarks/autotune/{model}/decode_opts.tsv"
+    threads: GPU_JOB_THREADS
     resources:
         gpu=GPU_PER_JOB,
     conda:
         "../envs/core.yaml"
     shell:
-        "python -m rollout_bench.gpu_lease --gpus {resources.gpu} --pin '' --lock-dir {params.lock_dir} -- "
+        LEASE + "--pin '' -- "
         "python -m rollout_bench autotune --model {wildcards.model} --model-dir {params.model_dir} "
         "--workload {params.workload:q} --batch-sizes {params.batch_sizes} --out {output} > {log} 2>&1"

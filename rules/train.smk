@@ -16,19 +16,18 @@ rule train:
         adapter=lambda wc: lora_dir(wc.model),
         dataset=dataset_dir(),
         pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
-        lock_dir=CFG["gpu"]["lock_dir"],
         max_wall=f"--max-wall-s {CFG['train']['max_wall_s']}" if CFG["train"]["max_wall_s"] else "",
     log:
         "results/logs/train/{model}/{backend}/steps{steps}.log",
     benchmark:
         "results/benchmarks/train/{model}/{backend}/steps{steps}.tsv"
+    threads: GPU_JOB_THREADS
     resources:
         gpu=GPU_PER_JOB,
     conda:
         "../envs/core.yaml"
     shell:
-        "python -m rollout_bench.gpu_lease --gpus {resources.gpu} --pin '{params.pin}' "
-        "--lock-dir {params.lock_dir} -- "
+        LEASE + "--pin '{params.pin}' -- "
         "python -m rollout_bench train --backend {wildcards.backend} --model {wildcards.model} "
         "--workload {params.workload:q} --model-dir {params.model_dir} --adapter {params.adapter} "
         "--dataset {params.dataset} --steps {wildcards.steps} {params.max_wall} --out {output} > {log} 2>&1"

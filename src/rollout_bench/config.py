@@ -84,8 +84,8 @@ def validate(cfg: dict) -> dict:
 def resolve(raw: dict) -> dict:
     """Overlay the selected profile, validate (filling defaults), check what the schema can't."""
     profile = select_profile(raw)
-    if profile not in ("cpu", "gpu"):
-        raise ConfigError(f"config error at profile: {profile!r} (allowed: auto, cpu, gpu)")
+    if profile not in ("cpu", "gpu", "smoke"):
+        raise ConfigError(f"config error at profile: {profile!r} (allowed: auto, cpu, gpu, smoke)")
     merged = _deep_merge({k: v for k, v in raw.items() if k != "profiles"}, (raw.get("profiles") or {}).get(profile, {}))
     cfg = validate(merged)
     cfg["profile"] = profile
@@ -182,7 +182,7 @@ def job_workload(cfg: dict, model: str, backend: str, case_name: str, batch_size
     case = wl["cases"][case_name]
     n = case["num_generations"]
     sampling = Sampling.from_config(case["sampling"], seed=wl["sampling_seed"])
-    gpu = cfg["profile"] == "gpu"
+    gpu = uses_gpu(cfg)
     dtype = workload_dtype(cfg, model)
     return {
         "model": model,
@@ -232,7 +232,7 @@ def compare_paths(cfg: dict) -> list[str]:
 def train_workload(cfg: dict, model: str, backend: str) -> dict:
     """The resolved GRPO workload of one training job (grpo.config.TrainSpec reads it)."""
     tr = cfg["train"]
-    gpu = cfg["profile"] == "gpu"
+    gpu = uses_gpu(cfg)
     dtype = workload_dtype(cfg, model)
     return {
         "model": model,
@@ -258,11 +258,16 @@ def autotune_workload(cfg: dict, model: str) -> dict:
             "dtype": workload_dtype(cfg, model)}
 
 
+def uses_gpu(cfg: dict) -> bool:
+    """Every profile but cpu runs its jobs on leased GPUs."""
+    return cfg["profile"] != "cpu"
+
+
 def workload_dtype(cfg: dict, model: str) -> str:
     """workload.dtype, with "auto" resolved: the model config's dtype on the GPU profile, float32 on CPU."""
     dtype = cfg["workload"]["dtype"]
     if dtype == "auto":
-        return _model_dtype(model) if cfg["profile"] == "gpu" else "float32"
+        return _model_dtype(model) if uses_gpu(cfg) else "float32"
     return dtype
 
 

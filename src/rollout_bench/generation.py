@@ -4,7 +4,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from . import backends, envinfo, kernel_tuning, stats
+from . import backends, envinfo, isolation, kernel_tuning, stats
 from .workload import GenSpec, Sampling
 
 
@@ -77,16 +77,17 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
 
     walls, outs = [], None
     per_round = []
-    for _ in range(rounds):
-        sync()
-        t = time.perf_counter()
-        outs = gen.generate(prompts, n)
-        sync()
-        wall = time.perf_counter() - t
-        assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
-        tokens = sum(map(len, outs))
-        walls.append(wall)
-        per_round.append({"wall_s": round(wall, 6), "decoded_tokens": tokens})
+    with isolation.window() as window:  # the other leases that overlap the rounds are named in the stats
+        for _ in range(rounds):
+            sync()
+            t = time.perf_counter()
+            outs = gen.generate(prompts, n)
+            sync()
+            wall = time.perf_counter() - t
+            assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
+            tokens = sum(map(len, outs))
+            walls.append(wall)
+            per_round.append({"wall_s": round(wall, 6), "decoded_tokens": tokens})
 
     peak = {"allocated": None, "reserved": None}
     if cuda:
@@ -120,6 +121,7 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
             "prompt_tps": round(n_prompt_tokens / med, 2),
             "peak_memory_gb": peak,
             "setup_s": round(setup_s, 3),
+            "isolation": isolation.record(window),
         },
     }
 

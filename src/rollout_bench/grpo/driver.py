@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import isolation
 from ..assets import chat
 from . import data, flex_rollout, rewards, trl_cpu
 from .config import LORA_TARGETS, TrainSpec, grpo_config
@@ -166,7 +167,8 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        trainer.train()
+        with isolation.window() as window:
+            trainer.train()
         train_wall = time.perf_counter() - t0
         adapter_end = flex_rollout.adapter_state(policy)
         optimized = sum(p.numel() for g in trainer.optimizer.param_groups for p in g["params"])
@@ -193,6 +195,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
                  "steps_per_generation": args.steps_per_generation, "shared_adapter": bool(adapter_dir)},
         "logprob_head": logprob_head,
         "wall_budget": budget.info(),
+        "isolation": isolation.record(window),
         "trl_summary": stats_cb.summary,
         # what training changed: a run whose optimizer holds no LoRA parameters still logs a loss,
         # a KL and a grad norm, so these two are the evidence that the adapter learned

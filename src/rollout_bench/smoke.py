@@ -1,0 +1,144 @@
+"""The GPU smoke run: every GPU code path at its smallest size, on one GPU, in a few minutes.
+
+    python -m rollout_bench.smoke [--gpu 0] [--workdir results/smoke] [--keep] [-- SNAKEMAKE ARGS]
+
+Runs the workflow's `smoke` profile (config/config.yaml) in a scratch working directory, so that
+no result, table or lock of a real run is touched: the autotune pass, every generation backend and
+variant of the gpu profile, every GRPO backend for 2 steps, compare, the tables, then `publish` into
+the scratch folder. Each job must end `ok`, or `skipped` with its reason; a `failed` job, or one that
+wrote no output (a crash), fails the run, named with its log. The verdict, job by job, and the wall
+time are written to <workdir>/results/tables/smoke.md and summary/smoke.json.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from . import ROOT, atomic, config
+from .publish import publish
+
+LINKED = ("config", "src", "workflow")  # what the rules read relative to the working directory
+OK = ("ok", "skipped")
+
+
+@dataclass
+class Job:
+    output: str
+    log: str
+    status: str  # ok | skipped | failed | missing
+    reason: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status in OK
+
+
+def smoke_config(overrides: dict | None = None) -> dict:
+    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    return config.resolve({**raw, **(overrides or {}), "profile": "smoke"})
+
+
+def expected(cfg: dict) -> list[tuple[str, str]]:
+    """(output, log) of every job whose output the verdict reads, in DAG order."""
+    out = []
+    if cfg["autotune"]["enabled"] and "flex" in cfg["backends"]:
+        for m in cfg["models"]:
+            slug = config.model_slug(m)
+            out.append((f"results/autotune/{slug}/decode_opts.json", f"results/logs/autotune/{slug}/decode_opts.log"))
+    for j in config.gen_jobs(cfg):
+        out.append((j.path, j.path.replace("results/generate/", "results/logs/generate/").replace(".json", ".log")))
+    for j in config.train_jobs(cfg):
+        out.append((j.path, j.path.replace("results/train/", "results/logs/train/").replace(".json", ".log")))
+    for p in config.compare_paths(cfg):
+        out.append((p, p.replace("results/compare/", "results/logs/compare/").replace(".json", ".log")))
+    out.append(("results/tables/generate.md", "results/logs/report/render_generate.log"))
+    if cfg["train_backends"]:
+        out.append(("results/tables/train.md", "results/logs/report/render_train.log"))
+    return out
+
+
+def verdict(workdir: Path, jobs: list[tuple[str, str]]) -> list[Job]:
+    out = []
+    for output, log in jobs:
+        path = workdir / output
+        if not path.exists():
+            out.append(Job(output, log, "missing", "no output: the job crashed or never ran (see its log)"))
+            continue
+        if path.suffix != ".json":
+            out.append(Job(output, log, "ok"))
+            continue
+        try:
+            rec = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            out.append(Job(output, log, "failed", f"unreadable JSON: {e}"))
+            continue
+        status = rec.get("status", "ok")
+        out.append(Job(output, log, status if status in ("ok", "skipped", "failed") else "failed", rec.get("reason")))
+    return out
+
+
+def table(jobs: list[Job], wall_s: float, command: str) -> str:
+    bad = [j for j in jobs if not j.passed]
+    head = (f"# GPU smoke run: {'PASSED' if not bad else f'FAILED ({len(bad)} of {len(jobs)} jobs)'}\n\n"
+            f"`{command}`: wall {wall_s:.0f} s (snakemake, packages installed).\n\n"
+            "| job | status | reason | log |\n|---|---|---|---|\n")
+    rows = [f"| {j.output.removeprefix('results/')} | {j.status} | {(j.reason or '').replace('|', '/')[:200]} | "
+            f"{j.log if not j.passed else ''} |" for j in jobs]
+    return head + "\n".join(rows) + "\n"
+
+
+def prepare(workdir: Path, keep: bool) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    if not keep:
+        for d in ("results", ".snakemake"):
+            shutil.rmtree(workdir / d, ignore_errors=True)
+    for name in LINKED:
+        link = workdir / name
+        if not link.is_symlink():
+            link.symlink_to(ROOT / name, target_is_directory=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rollout_bench.smoke", description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", type=int, default=0, help="physical GPU id to run on")
+    ap.add_argument("--workdir", default=str(ROOT / "results/smoke"))
+    ap.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--keep", action="store_true", help="reuse the previous smoke run's cached results")
+    ap.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="after --: passed to snakemake")
+    a = ap.parse_args(argv)
+    extra = a.snakemake_args[1:] if a.snakemake_args[:1] == ["--"] else a.snakemake_args
+    workdir = Path(a.workdir).resolve()
+    cfg = smoke_config()
+    prepare(workdir, a.keep)
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+           "--cores", str(a.cores), "--resources", f"gpu={cfg['gpu']['jobs_per_gpu']}", "--config", "profile=smoke",
+           "--keep-going", "--rerun-incomplete", *extra]
+    env = {k: v for k, v in os.environ.items() if k != "ROLLOUT_BENCH_GPU_IDS"}
+    env["CUDA_VISIBLE_DEVICES"] = str(a.gpu)  # the lease takes its slots on this GPU only
+    t0 = time.monotonic()
+    rc = subprocess.call(cmd, env=env)
+    wall = time.monotonic() - t0
+    jobs = verdict(workdir, expected(cfg))
+    command = " ".join(["python -m rollout_bench.smoke", *(argv if argv is not None else sys.argv[1:])])
+    summary = {"passed": rc == 0 and all(j.passed for j in jobs), "snakemake_rc": rc, "wall_s": round(wall, 1),
+               "gpu": a.gpu, "command": command, "jobs": [asdict(j) for j in jobs]}
+    atomic.write_json(workdir / "results/summary/smoke.json", summary)
+    atomic.write_text(workdir / "results/tables/smoke.md", table(jobs, wall, command))
+    dest = publish("smoke", command, str(ROOT / "config/config.yaml"), results=str(workdir / "results"))
+    for j in jobs:
+        if not j.passed:
+            print(f"smoke: {j.status}: {j.output}: {j.reason or ''} (log: {workdir / j.log})", file=sys.stderr)
+    print(f"smoke: {'passed' if summary['passed'] else 'FAILED'} in {wall:.0f} s; "
+          f"{sum(j.passed for j in jobs)}/{len(jobs)} jobs ok or skipped; published to {dest}")
+    return 0 if summary["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Each leased job's share of the host: disjoint NUMA-local CPU sets, thread counts sized to them, the
+lease log that names the neighbours of a timed window, and the opt-in host-wide timing lock."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from rollout_bench import cpu_share, gpu_lease, isolation
+
+
+def fake_sys(tmp_path, nodes: dict[int, str], gpu_nodes: dict[str, int]):
+    """A sysfs tree: NUMA node -> cpulist, PCI address -> numa_node."""
+    for n, cpus in nodes.items():
+        d = tmp_path / f"devices/system/node/node{n}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    for bus, n in gpu_nodes.items():
+        d = tmp_path / "bus/pci/devices" / bus
+        d.mkdir(parents=True)
+        (d / "numa_node").write_text(f"{n}\n")
+    return tmp_path
+
+
+def test_parse_cpulist():
+    assert cpu_share.parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert cpu_share.parse_cpulist("") == []
+
+
+def test_eight_gpus_on_two_nodes_get_disjoint_node_local_shares(tmp_path):
+    # 4 GPUs per node, 16 CPUs per node (0-15 on node 0, 16-31 on node 1)
+    root = fake_sys(tmp_path, {0: "0-15", 1: "16-31"}, {f"0000:{g:02x}:00.0": g // 4 for g in range(8)})
+    bus = {g: f"0000:{g:02x}:00.0" for g in range(8)}
+    nodes = cpu_share.topology(list(range(8)), root, bus)
+    lists = {n: cpu_share.node_cpus(n, root) for n in (0, 1)}
+    shares = {g: cpu_share.share(g, 0, 1, list(range(8)), list(range(32)), nodes, lists) for g in range(8)}
+    assert shares[0] == [0, 1, 2, 3] and shares[4] == [16, 17, 18, 19] and shares[7] == [28, 29, 30, 31]
+    flat = [c for s in shares.values() for c in s]
+    assert len(flat) == len(set(flat)) == 32  # disjoint, and every CPU used
+    for g, s in shares.items():
+        assert set(s) <= set(lists[g // 4])  # on the GPU's own node
+
+
+def test_unknown_topology_splits_the_allowed_cpus_and_slots_split_a_share():
+    nodes = {0: None, 1: None}
+    allowed = [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]  # e.g. a cgroup's CPUs
+    a = cpu_share.share(0, 0, 1, [0, 1], allowed, nodes, {})
+    b = cpu_share.share(1, 0, 1, [0, 1], allowed, nodes, {})
+    assert a == [2, 3, 4, 5, 6] and b == [7, 8, 9, 10, 11]
+    slots = [cpu_share.share(0, s, 2, [0, 1], allowed, nodes, {}) for s in range(2)]
+    assert slots == [[2, 3, 4], [5, 6, 7]]
+    # more slots than CPUs: shared round-robin, never empty
+    assert all(cpu_share.share(0, s, 4, [0], [0, 1], {0: None}, {}) for s in range(4))
+
+
+def test_lease_pins_the_job_and_sizes_its_threads(tmp_path, monkeypatch):
+    monkeypatch.setenv(gpu_lease.COUNT_VAR, "2")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    probe = ("import json, os, sys; print(json.dumps({'aff': sorted(os.sched_getaffinity(0)), "
+             "'omp': os.environ.get('OMP_NUM_THREADS'), 'cpus': os.environ.get('ROLLOUT_BENCH_CPUS'), "
+             "'lease': os.environ.get('ROLLOUT_BENCH_LEASE')}))")
+    out = subprocess.run([sys.executable, "-m", "rollout_bench.gpu_lease", "--gpus", "1", "--lock-dir",
+                          str(tmp_path), "--job", "results/x.json", "--", sys.executable, "-c", probe],
+                         capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)
+    allowed = sorted(os.sched_getaffinity(0))
+    assert got["aff"] == [int(c) for c in got["cpus"].split(",")] and int(got["omp"]) == len(got["aff"])
+    assert set(got["aff"]) <= set(allowed) and len(got["aff"]) == max(1, len(allowed) // 2)
+    events = [json.loads(x) for x in (tmp_path / isolation.LOG).read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start", "end"] and events[0]["job"] == "results/x.json"
+    assert events[0]["lease"] == got["lease"] and events[0]["cpus"] == got["aff"]
+
+
+def test_slots_let_one_gpu_take_several_jobs_but_no_more(tmp_path):
+    a = gpu_lease.acquire(1, tmp_path, [0], slots=2)
+    b = gpu_lease.acquire(1, tmp_path, [0], slots=2, timeout_s=0.3)
+    assert (a.ids, a.slot, b.ids, b.slot) == ([0], 0, [0], 1)
+    assert a.env()["MASTER_PORT"] != b.env()["MASTER_PORT"]
+    with pytest.raises(gpu_lease.LeaseError, match="no 1 free GPU"):
+        gpu_lease.acquire(1, tmp_path, [0], slots=2, timeout_s=0.3)
+    a.release(), b.release()
+
+
+def test_budget_counts_the_slots_of_each_gpu():
+    gpu_lease.check_budget(1, 4, 1, jobs_per_gpu=4)
+    with pytest.raises(gpu_lease.LeaseError, match="jobs_per_gpu=4: pass gpu=4"):
+        gpu_lease.check_budget(1, 5, 1, jobs_per_gpu=4)
+
+
+def test_window_names_the_leases_that_overlapped_it(tmp_path):
+    isolation.log_event(tmp_path, event="start", lease="me", job="mine", gpus=[0], slot=0, cpus=[0], pid=1)
+    isolation.log_event(tmp_path, event="start", lease="old", job="before", gpus=[1], slot=0, cpus=[1], pid=2)
+    isolation.log_event(tmp_path, event="end", lease="old")
+    time.sleep(0.05)
+    env = {isolation.LOCK_DIR_VAR: str(tmp_path), isolation.LEASE_VAR: "me", isolation.CPUS_VAR: "0"}
+    with isolation.window(env) as w:
+        isolation.log_event(tmp_path, event="start", lease="n", job="neighbour", gpus=[1], slot=0, cpus=[1], pid=3)
+        time.sleep(0.1)
+    rec = isolation.record(w, env)
+    assert [n["job"] for n in rec["neighbours"]] == ["neighbour"]  # not itself, not the one that ended before
+    assert 0 < rec["neighbours"][0]["overlap_s"] <= rec["window_s"]
+    assert rec["cpus"] == [0] and rec["lock_wait_s"] is None and rec["timing_lock"] is False
+
+
+def test_timing_lock_keeps_timed_windows_apart(tmp_path):
+    env = {isolation.LOCK_DIR_VAR: str(tmp_path), isolation.TIMING_LOCK_VAR: "1"}
+    spans = []
+
+    def timed(name):
+        env_i = {**env, isolation.LEASE_VAR: name}
+        with isolation.window(env_i) as w:
+            time.sleep(0.2)
+        spans.append((w.t0, w.t1, w.lock_wait_s))
+
+    threads = [threading.Thread(target=timed, args=(f"j{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spans.sort()
+    assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:]))  # no two windows overlap
+    assert max(s[2] for s in spans) >= 0.35  # the last one waited for the other two

@@ -1,0 +1,64 @@
+"""The GPU smoke run: its profile covers every GPU code path of the gpu profile, and its verdict fails on
+a failed or crashed job, naming the log."""
+import json
+import subprocess
+import sys
+
+import yaml
+
+from rollout_bench import ROOT, config, smoke
+
+
+def resolved(profile: str) -> dict:
+    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    return config.resolve({**raw, "profile": profile})
+
+
+def test_smoke_profile_covers_every_gpu_code_path():
+    gpu, sm = resolved("gpu"), resolved("smoke")
+    paths = lambda cfg: {(j.backend, j.variant, cfg["workload"]["cases"][j.case]["lora"]) for j in config.gen_jobs(cfg)}
+    assert paths(gpu) <= paths(sm)  # every backend x variant x (LoRA or not) the gpu profile runs
+    assert set(gpu["train_backends"]) == set(sm["train_backends"])
+    assert sm["autotune"]["enabled"] and config.uses_gpu(sm)
+    assert sm["train"]["steps"] == 2 and sm["gpu"]["jobs_per_gpu"] >= 1
+
+
+def write(path, rec):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rec))
+
+
+def test_verdict_passes_ok_and_skipped_and_names_failed_and_crashed_jobs(tmp_path):
+    jobs = [("results/generate/a.json", "results/logs/generate/a.log"),
+            ("results/generate/b.json", "results/logs/generate/b.log"),
+            ("results/generate/c.json", "results/logs/generate/c.log"),
+            ("results/generate/d.json", "results/logs/generate/d.log"),
+            ("results/tables/generate.md", "results/logs/report/render_generate.log")]
+    write(tmp_path / jobs[0][0], {"status": "ok", "reason": None})
+    write(tmp_path / jobs[1][0], {"status": "skipped", "reason": "vllm does not import"})
+    write(tmp_path / jobs[2][0], {"status": "failed", "reason": "correctness gate failed"})
+    (tmp_path / "results/tables").mkdir(parents=True)
+    (tmp_path / "results/tables/generate.md").write_text("| table |\n")
+    v = smoke.verdict(tmp_path, jobs)
+    assert [j.status for j in v] == ["ok", "skipped", "failed", "missing", "ok"]
+    assert [j.passed for j in v] == [True, True, False, False, True]
+    md = smoke.table(v, 12.3, "python -m rollout_bench.smoke")
+    assert md.startswith("# GPU smoke run: FAILED (2 of 5 jobs)")
+    assert "results/logs/generate/c.log" in md and "results/logs/generate/d.log" in md
+    assert "vllm does not import" in md
+    assert "PASSED" in smoke.table(v[:2], 1.0, "x")
+
+
+def test_expected_outputs_are_the_dag_of_the_smoke_profile(tmp_path):
+    """Every output the verdict reads is a target of the smoke DAG (dry run in a scratch workdir)."""
+    sm = resolved("smoke")
+    smoke.prepare(tmp_path, keep=False)
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory",
+                          str(tmp_path), "--cores", "2", "--resources", "gpu=4", "--config", "profile=smoke", "-n",
+                          "--quiet", "rules", "--summary"],
+                         capture_output=True, text=True, env={"CUDA_VISIBLE_DEVICES": "0", "PATH": "/usr/bin:/bin",
+                                                              "HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    for output, _ in smoke.expected(sm):
+        assert output in out.stdout, output
+    assert not (tmp_path / "results/generate").exists()  # a dry run: nothing ran
