@@ -41,11 +41,13 @@ except WorkflowError:  # a dry run without --cores
 GPU_JOB_THREADS = max(1, _cores // max(1, getattr(_gpu_budget, "value", _gpu_budget) or 1)) if GPU_PER_JOB else 1
 # every GPU job runs under the lease: its GPUs, its CPU share, its line in the lease log
 LEASE = (f"python -m rollout_bench.gpu_lease --gpus {{resources.gpu}} --lock-dir {CFG['gpu']['lock_dir']} "
-         f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}--job {{output}} ")
+         f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}"
+         f"{'' if CFG['gpu']['pin_cpus'] else '--no-pin-cpus '}--job {{output}} ")
 
 SRC = "src/rollout_bench"
 HARNESS = [f"{SRC}/{f}" for f in ("generation.py", "stats.py", "workload.py", "envinfo.py",
-                                  "gpu_lease.py", "backends/__init__.py", "assets/prompts.py")]
+                                  "gpu_lease.py", "cpu_share.py", "isolation.py", "backends/__init__.py",
+                                  "assets/prompts.py")]
 HARNESS.append("workflow/schemas/stats.schema.json")
 ENGINE_SOURCES = sorted(str(p) for p in Path(SRC, "engine").rglob("*.py"))
 
@@ -107,6 +109,7 @@ def train_sources(wc):
     if wc.backend == "flex":
         files += ENGINE_SOURCES
     return files + [f"{SRC}/stats.py", f"{SRC}/workload.py", f"{SRC}/envinfo.py", f"{SRC}/gpu_lease.py",
+                    f"{SRC}/cpu_share.py", f"{SRC}/isolation.py",
                     "workflow/schemas/stats.schema.json"]
 
 

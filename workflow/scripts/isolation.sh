@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Does a leased job time the same alone and beside a busy neighbour? On a host with 2+ GPUs, run one
+# generation job of the gpu profile three times: alone; beside its twin (the same workload as another
+# case, so another job, on the other GPU) with the leases' CPU shares; and beside its twin again with
+# gpu.pin_cpus false (no CPU shares, as before the shares existed). Each run's stats (every round,
+# its CPU set and the neighbours that overlapped its timed rounds) are copied to OUT/<run>/.
+#   bash workflow/scripts/isolation.sh OUT BACKEND VARIANT [SNAKEMAKE...]     (e.g. OUT hf_generate default)
+# Run it through offline_gpu_host.sh's environment on an offline host: SNAKEMAKE="bash
+# workflow/scripts/offline_gpu_host.sh" (default: python3 -m snakemake).
+set -euo pipefail
+OUT=$1 BACKEND=$2 VARIANT=$3
+shift 3
+SNAKEMAKE=${SNAKEMAKE:-python3 -m snakemake}
+JOB=results/generate/qwen3-4b/$BACKEND/$VARIANT/greedy/bs64.json
+TWIN=results/generate/qwen3-4b/$BACKEND/$VARIANT/twin/bs64.json
+CFG=$(mktemp -d)
+# the twin: the greedy case's workload under another name, for this backend only
+printf 'workload:\n  cases:\n    twin: {lora: false, sampling: greedy, batch_sizes: [64], backends: [%s],\n           variants: {%s: [%s]}}\n' \
+  "$BACKEND" "$BACKEND" "$VARIANT" > "$CFG/twin.yaml"
+printf 'gpu: {pin_cpus: false}\n' > "$CFG/unpinned.yaml"
+run() {  # NAME CONFIGFILES TARGETS...
+  local name=$1 cfgs=$2
+  shift 2
+  rm -f "$JOB" "$TWIN"
+  # shellcheck disable=SC2086  # $cfgs is a list of files
+  $SNAKEMAKE "$@" --cores all --resources gpu=2 --config profile=gpu --configfile $cfgs "${EXTRA[@]}"
+  mkdir -p "$OUT/$name"
+  for f in "$@"; do
+    local case_=$(basename "$(dirname "$f")")
+    cp "$f" "$OUT/$name/$case_.json"
+    local log=${f/results\/generate/results/logs/generate}
+    cp "${log%.json}.log" "$OUT/$name/$case_.log"
+  done
+}
+EXTRA=("$@")
+run alone "$CFG/twin.yaml" "$JOB"
+run beside_twin "$CFG/twin.yaml" "$JOB" "$TWIN"
+run beside_twin_unpinned "$CFG/twin.yaml $CFG/unpinned.yaml" "$JOB" "$TWIN"
