@@ -107,3 +107,42 @@ def test_model_sources(tmp_path):
     assert model.resolve(str(tmp_path)) == "dir"
     with pytest.raises(ValueError, match="no config.json"):
         model.resolve(str(tmp_path.parent))
+
+
+def test_user_keys_win_over_the_profile(raw):
+    """The cpu profile sets max_new_tokens, models and train.steps; the user's own values must reach the job."""
+    user = {"workload": {"max_new_tokens": 7}, "models": ["llama-tiny"], "train": {"steps": 1}}
+    cfg = config.resolve(config._deep_merge(raw, user), user)
+    assert config.job_workload(cfg, "llama-tiny", "hf_generate", "greedy", 4)["max_new_tokens"] == 7
+    assert {j.model for j in config.gen_jobs(cfg)} == {"llama-tiny"}
+    assert {j.steps for j in config.train_jobs(cfg)} == {1}
+    # what the user did not set is still the profile's
+    assert cfg["workload"]["rounds"] == 2 and cfg["train"]["max_completion_length"] == 16
+    assert config.resolve(raw)["workload"]["max_new_tokens"] == 32
+
+
+def test_bad_user_value_is_refused_not_hidden_by_the_profile(raw):
+    user = {"workload": {"max_new_tokens": 0}}
+    with pytest.raises(ConfigError, match=r"^config error at workload.max_new_tokens: 0 is less than"):
+        config.resolve(config._deep_merge(raw, user), user)
+
+
+def test_user_overrides_follow_snakemakes_order(tmp_path):
+    shipped = ROOT / "config/config.yaml"
+    a, b = tmp_path / "a.yaml", tmp_path / "b.json"
+    a.write_text("workload: {max_new_tokens: 8, rounds: 1}\nprofiles: {cpu: {models: [llama-tiny]}}\n")
+    b.write_text('{"workload": {"max_new_tokens": 9}}')
+    user = config.user_overrides([shipped, a, b], {"train": {"steps": 2}, "workload": {"rounds": 4}}, shipped)
+    # the shipped file, even passed again, is not the user's: its top level stays under the profile
+    assert user == {"workload": {"max_new_tokens": 9, "rounds": 4}, "train": {"steps": 2},
+                    "profiles": {"cpu": {"models": ["llama-tiny"]}}}
+    assert config.user_overrides([], {}, shipped) == {}
+
+
+def test_profile_names_come_from_the_schema(raw):
+    names = config.profile_names()
+    assert {"cpu", "gpu"} <= set(names)
+    with pytest.raises(ConfigError, match=rf"^config error at profile: 'tpu' \(allowed: auto, {', '.join(names)}\)"):
+        resolve_with(raw, profile="tpu")
+    with pytest.raises(ConfigError, match=r"^config error at profiles: .*'cpuu' was unexpected"):
+        resolve_with(raw, profiles__cpuu={"models": ["qwen3-tiny"]})
