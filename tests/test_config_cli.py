@@ -47,3 +47,18 @@ def test_bad_configfile_value_fails_the_dry_run(tree, tmp_path):
     r = snakemake(tree, "-n", "--cores", "1", "--configfile", str(bad), check=False)
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "config error at workload.max_new_tokens: 0 is less than" in out, out[-2000:]
+
+
+@pytest.mark.parametrize("given, field", [
+    ("workload: {prompt_tokens: [256, 128]}", "workload.prompt_tokens"),
+    ("models: [/no/such/model-dir]", "models"),
+    ("dataset: {source: EMPTY}", "dataset.source"),
+])
+def test_input_every_job_would_fail_on_is_refused_first(tree, tmp_path, given, field):
+    (tmp_path / "empty").mkdir()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(given.replace("EMPTY", str(tmp_path / "empty")) + "\n")
+    r = snakemake(tree, "-n", "--cores", "1", "--configfile", str(bad), check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"config error at {field}:" in out, out[-2000:]
+    assert "Job stats" not in out

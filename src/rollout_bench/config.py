@@ -1,6 +1,7 @@
 """Load, validate and resolve config/config.yaml; enumerate the jobs it asks for."""
 import copy
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -10,6 +11,7 @@ import jsonschema
 import yaml
 
 from . import SCHEMAS, backends, envinfo
+from .assets import dataset as dataset_assets
 from .assets import model as model_assets
 from .workload import Sampling
 
@@ -130,6 +132,9 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
     del cfg["profiles"]
     cfg["profile"] = profile
     _check(cfg)
+    # jobs and snakemake's inputs take paths as given: nothing would expand a ~ for them
+    cfg["models"] = [os.path.expanduser(m) for m in cfg["models"]]
+    cfg["dataset"]["source"] = os.path.expanduser(cfg["dataset"]["source"])
     return cfg
 
 
@@ -139,6 +144,14 @@ def _check(cfg: dict) -> None:
             model_assets.resolve(m)
         except ValueError as e:
             raise ConfigError(f"config error at models: {e}") from None
+    try:
+        dataset_assets.resolve(cfg["dataset"]["source"])
+    except ValueError as e:
+        raise ConfigError(f"config error at dataset.source: {e}") from None
+    lo, hi = cfg["workload"]["prompt_tokens"]
+    if lo > hi:
+        raise ConfigError(f"config error at workload.prompt_tokens: [{lo}, {hi}] has min > max "
+                          f"(give [min, max]: [{hi}, {lo}])")
     where = [("variants", cfg["variants"])] + [(f"workload.cases.{name}.variants", case.get("variants", {}))
                                                for name, case in cfg["workload"]["cases"].items()]
     for field, table in where:
