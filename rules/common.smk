@@ -14,7 +14,10 @@ from rollout_bench import gpu_lease as rb_lease
 from rollout_bench.grpo import availability as rb_grpo_availability
 
 try:
-    CFG = rb_config.resolve(config)
+    # `config` merges config/config.yaml with the user's files and --config; the user's own keys win
+    # over the selected profile's, so they are handed over apart
+    CFG = rb_config.resolve(config, rb_config.user_overrides(workflow.overwrite_configfiles,
+                                                             workflow.config_settings.config))
 except rb_config.ConfigError as e:
     raise WorkflowError(str(e)) from None
 

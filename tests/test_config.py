@@ -76,6 +76,8 @@ def test_auto_profile_follows_gpu_detection(raw, monkeypatch):
     ({"profiles__cpu__workload__cases": {"x": {"batch_sizes": [4], "variants": {"flex": ["warp"]}}}},
      "workload.cases.x.variants.flex"),
     ({"autotune__batch_sizes": [0]}, "autotune.batch_sizes[0]"),
+    # was "widen workload.prompt_tokens" from inside every job
+    ({"workload__prompt_tokens": [256, 128]}, "workload.prompt_tokens"),
 ])
 def test_bad_input_names_the_field(raw, over, field):
     with pytest.raises(ConfigError) as e:
@@ -98,12 +100,101 @@ def test_nested_value_given_as_text_points_to_configfile(raw):
     assert resolve_with(raw)["train"]["max_wall_s"] is None
 
 
+def _model_dir(d, files=("config.json", "model.safetensors", "tokenizer.json")):
+    d.mkdir(parents=True)
+    for f in files:
+        (d / f).write_text("{}")
+    return d
+
+
 def test_model_sources(tmp_path):
     from rollout_bench.assets import model
 
     assert model.resolve("qwen3-4b") == "config"
     assert model.resolve("unsloth/Qwen3-4B-Base") == "hub"
-    (tmp_path / "config.json").write_text("{}")
-    assert model.resolve(str(tmp_path)) == "dir"
-    with pytest.raises(ValueError, match="no config.json"):
-        model.resolve(str(tmp_path.parent))
+    assert model.resolve(str(_model_dir(tmp_path / "m"))) == "dir"
+    with pytest.raises(ValueError, match="no config.json, no weights .*, no tokenizer"):
+        model.resolve(str(tmp_path))
+    with pytest.raises(ValueError, match=r"no weights \(\*.safetensors or pytorch_model\*.bin\);"):
+        model.resolve(str(_model_dir(tmp_path / "no-weights", ("config.json", "tokenizer.json"))))
+    with pytest.raises(ValueError, match="no tokenizer"):
+        model.resolve(str(_model_dir(tmp_path / "no-tok", ("config.json", "pytorch_model.bin"))))
+
+
+@pytest.mark.parametrize("path", ["/no/such/model", "./no-such-model", "../no/such-model", "~/no-such-model"])
+def test_missing_model_path_is_refused_not_taken_for_a_hub_id(raw, path):
+    """It was passed to transformers as a hub id: every job failed with "Repo id must be in the form"."""
+    with pytest.raises(ConfigError, match=rf"^config error at models: model '{path}': no such directory"):
+        resolve_with(raw, profiles__cpu__models=[path])
+
+
+def test_model_and_dataset_under_home_are_expanded(raw, tmp_path, monkeypatch):
+    from rollout_bench.assets import dataset
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _model_dir(tmp_path / "m")
+    dataset.build(tmp_path / "ds", 4, 0)
+    cfg = resolve_with(raw, profiles__cpu__models=["~/m"], dataset__source="~/ds")
+    assert cfg["models"] == [str(tmp_path / "m")] and cfg["dataset"]["source"] == str(tmp_path / "ds")
+
+
+def test_dataset_sources(raw, tmp_path):
+    from rollout_bench.assets import dataset
+
+    dataset.build(tmp_path / "ds", 4, 0)
+    assert resolve_with(raw, dataset__source=str(tmp_path / "ds"))["dataset"]["source"] == str(tmp_path / "ds")
+    assert dataset.resolve("synthetic") == "synthetic"
+    assert dataset.resolve("open-r1/DAPO-Math-17k-Processed") == "hub"
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other/rows.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    with pytest.raises(ValueError, match=r"rows.jsonl lacks column\(s\) \['prompt', 'solution'\]"):
+        dataset.resolve(str(tmp_path / "other"))
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda d: d.mkdir(), "directory holds no data files"),  # was EmptyDatasetError in every job
+    (lambda d: None, "no such directory"),
+])
+def test_unusable_dataset_dir_is_refused(raw, tmp_path, make, why):
+    make(tmp_path / "ds")
+    with pytest.raises(ConfigError, match=rf"^config error at dataset.source: dataset '.*/ds': {why}"):
+        resolve_with(raw, dataset__source=str(tmp_path / "ds"))
+
+
+def test_user_keys_win_over_the_profile(raw):
+    """The cpu profile sets max_new_tokens, models and train.steps; the user's own values must reach the job."""
+    user = {"workload": {"max_new_tokens": 7}, "models": ["llama-tiny"], "train": {"steps": 1}}
+    cfg = config.resolve(config._deep_merge(raw, user), user)
+    assert config.job_workload(cfg, "llama-tiny", "hf_generate", "greedy", 4)["max_new_tokens"] == 7
+    assert {j.model for j in config.gen_jobs(cfg)} == {"llama-tiny"}
+    assert {j.steps for j in config.train_jobs(cfg)} == {1}
+    # what the user did not set is still the profile's
+    assert cfg["workload"]["rounds"] == 2 and cfg["train"]["max_completion_length"] == 16
+    assert config.resolve(raw)["workload"]["max_new_tokens"] == 32
+
+
+def test_bad_user_value_is_refused_not_hidden_by_the_profile(raw):
+    user = {"workload": {"max_new_tokens": 0}}
+    with pytest.raises(ConfigError, match=r"^config error at workload.max_new_tokens: 0 is less than"):
+        config.resolve(config._deep_merge(raw, user), user)
+
+
+def test_user_overrides_follow_snakemakes_order(tmp_path):
+    shipped = ROOT / "config/config.yaml"
+    a, b = tmp_path / "a.yaml", tmp_path / "b.json"
+    a.write_text("workload: {max_new_tokens: 8, rounds: 1}\nprofiles: {cpu: {models: [llama-tiny]}}\n")
+    b.write_text('{"workload": {"max_new_tokens": 9}}')
+    user = config.user_overrides([shipped, a, b], {"train": {"steps": 2}, "workload": {"rounds": 4}}, shipped)
+    # the shipped file, even passed again, is not the user's: its top level stays under the profile
+    assert user == {"workload": {"max_new_tokens": 9, "rounds": 4}, "train": {"steps": 2},
+                    "profiles": {"cpu": {"models": ["llama-tiny"]}}}
+    assert config.user_overrides([], {}, shipped) == {}
+
+
+def test_profile_names_come_from_the_schema(raw):
+    names = config.profile_names()
+    assert {"cpu", "gpu"} <= set(names)
+    with pytest.raises(ConfigError, match=rf"^config error at profile: 'tpu' \(allowed: auto, {', '.join(names)}\)"):
+        resolve_with(raw, profile="tpu")
+    with pytest.raises(ConfigError, match=r"^config error at profiles: .*'cpuu' was unexpected"):
+        resolve_with(raw, profiles__cpuu={"models": ["qwen3-tiny"]})

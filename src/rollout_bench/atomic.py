@@ -16,10 +16,27 @@ def write_text(path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+            # mkstemp makes 0600 whatever the umask; results are shared like any file open() makes
+            os.fchmod(f.fileno(), 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def umask() -> int:
+    """The process umask, read without changing it where /proc allows (os.umask can only set it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    # set-and-restore: a thread creating a file in between would get 0o077, tighter, never looser
+    old = os.umask(0o077)
+    os.umask(old)
+    return old
 
 
 def write_json(path, obj) -> None:
@@ -41,6 +58,8 @@ def directory(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
+        # mkdtemp makes 0700 whatever the umask; give the dir the mode mkdir() would
+        tmp.chmod(0o777 & ~umask())
         yield tmp
         if path.exists():
             shutil.rmtree(path)

@@ -1,13 +1,17 @@
 """Load, validate and resolve config/config.yaml; enumerate the jobs it asks for."""
 import copy
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import jsonschema
 import yaml
 
 from . import SCHEMAS, backends, envinfo
+from .assets import dataset as dataset_assets
 from .assets import model as model_assets
 from .workload import Sampling
 
@@ -81,15 +85,56 @@ def validate(cfg: dict) -> dict:
     return cfg
 
 
-def resolve(raw: dict) -> dict:
-    """Overlay the selected profile, validate (filling defaults), check what the schema can't."""
+def profile_names() -> list[str]:
+    """The profiles the schema knows: adding one is a schema and config/config.yaml edit only."""
+    return list(schema()["properties"]["profiles"]["properties"])
+
+
+def user_overrides(configfiles, cli_config, shipped="config/config.yaml") -> dict:
+    """The keys the user set: each --configfile in order, then --config (Snakemake's own order).
+
+    Snakemake hands the Snakefile one dict merged from config/config.yaml and these, so resolve()
+    cannot tell them apart; these must win over the profile. The shipped file is never the user's,
+    even when passed again with --configfile: it then behaves as it does by default.
+    """
+    out = {}
+    for f in configfiles:
+        if Path(f).resolve() != Path(shipped).resolve():
+            out = _deep_merge(out, yaml.safe_load(Path(f).read_text()) or {})
+    return _deep_merge(out, _plain(cli_config or {}))
+
+
+def _plain(m):
+    # Snakemake may keep --config as an immutables.Map, which _deep_merge would not descend into
+    return {k: _plain(v) for k, v in m.items()} if isinstance(m, Mapping) else m
+
+
+def resolve(raw: dict, user: dict | None = None) -> dict:
+    """The config a run uses: the top level, the selected profile over it, the user's own keys over both.
+
+    `raw` is everything given; `user` (user_overrides) is what the user set by --configfile or --config.
+    The merged result is validated (filling defaults), then checked for what the schema can't say.
+    """
     profile = select_profile(raw)
-    if profile not in ("cpu", "gpu", "smoke"):
-        raise ConfigError(f"config error at profile: {profile!r} (allowed: auto, cpu, gpu, smoke)")
-    merged = _deep_merge({k: v for k, v in raw.items() if k != "profiles"}, (raw.get("profiles") or {}).get(profile, {}))
+    names = profile_names()
+    if profile not in names:
+        raise ConfigError(f"config error at profile: {profile!r} (allowed: auto, {', '.join(names)})")
+    overlays = raw.get("profiles") or {}
+    overlay = (overlays.get(profile) or {}) if isinstance(overlays, dict) else {}
+    if not isinstance(overlay, dict):
+        raise ConfigError(f"config error at profiles.{profile}: {overlay!r} is not a mapping "
+                          f"(give the keys this profile sets over the top level)")
+    top = {k: v for k, v in raw.items() if k != "profiles"}
+    mine = {k: v for k, v in (user or {}).items() if k != "profiles"}
+    merged = _deep_merge(_deep_merge(top, overlay), mine)
+    merged["profiles"] = overlays  # validated with the rest: an unknown profile name is a typo
     cfg = validate(merged)
+    del cfg["profiles"]
     cfg["profile"] = profile
     _check(cfg)
+    # jobs and snakemake's inputs take paths as given: nothing would expand a ~ for them
+    cfg["models"] = [os.path.expanduser(m) for m in cfg["models"]]
+    cfg["dataset"]["source"] = os.path.expanduser(cfg["dataset"]["source"])
     return cfg
 
 
@@ -99,6 +144,14 @@ def _check(cfg: dict) -> None:
             model_assets.resolve(m)
         except ValueError as e:
             raise ConfigError(f"config error at models: {e}") from None
+    try:
+        dataset_assets.resolve(cfg["dataset"]["source"])
+    except ValueError as e:
+        raise ConfigError(f"config error at dataset.source: {e}") from None
+    lo, hi = cfg["workload"]["prompt_tokens"]
+    if lo > hi:
+        raise ConfigError(f"config error at workload.prompt_tokens: [{lo}, {hi}] has min > max "
+                          f"(give [min, max]: [{hi}, {lo}])")
     where = [("variants", cfg["variants"])] + [(f"workload.cases.{name}.variants", case.get("variants", {}))
                                                for name, case in cfg["workload"]["cases"].items()]
     for field, table in where:

@@ -3,10 +3,12 @@
 Problems are multi-step word problems with integer answers; the number of steps varies so that
 chat-templated prompts span a range of lengths (the workload filters by token count).
 """
+import json
 import random
 from pathlib import Path
 
 from .. import atomic
+from . import paths
 
 INSTRUCTION = ("Solve the following math problem step by step. The last line of your response "
                "should be of the form Answer: $Answer (without quotes) where $Answer is the answer "
@@ -81,3 +83,54 @@ def load(source: str, split: str = "train", config: str | None = None):
         raise ValueError(f"dataset {source!r} lacks column(s) {sorted(missing)}: the DAPO schema needs "
                          f"'prompt' (problem text) and 'solution' (answer)")
     return ds
+
+
+# Data files datasets.load_dataset(dir) reads, with what they can hold: a DAPO-schema train split
+DATA_FILES = (".parquet", ".jsonl", ".json", ".csv", ".arrow")
+COLUMNS = {"prompt", "solution"}
+
+
+def resolve(source: str) -> str:
+    """The kind of source: synthetic, dir (a local DAPO-schema directory) or hub; a path must be a usable dir.
+
+    Checked when the config is read: otherwise every job fails on it, after loading its model.
+    """
+    if source == "synthetic":
+        return "synthetic"
+    local = paths.local(source)
+    if local is None:
+        return "hub"
+    if not local.is_dir():
+        raise ValueError(f"dataset {source!r}: no such directory (a path must be a directory of "
+                         f"DAPO-schema data files; a hub id has the form owner/name)")
+    files = sorted(f for f in local.rglob("*") if f.suffix in DATA_FILES and f.is_file()
+                   and not any(part.startswith(".") for part in f.relative_to(local).parts))
+    if not files:
+        raise ValueError(f"dataset {source!r}: directory holds no data files ({', '.join(DATA_FILES)}); "
+                         f"point it to DAPO-schema files ('prompt', 'solution' columns), or use synthetic")
+    try:
+        cols = _columns(files[0])
+    except (OSError, ValueError) as e:
+        raise ValueError(f"dataset {source!r}: {files[0].relative_to(local)} is unreadable ({e})") from None
+    if cols is not None and COLUMNS - cols:
+        raise ValueError(f"dataset {source!r}: {files[0].relative_to(local)} lacks column(s) "
+                         f"{sorted(COLUMNS - cols)}: the DAPO schema needs 'prompt' (problem text) and "
+                         f"'solution' (answer)")
+    return "dir"
+
+
+def _columns(f: Path) -> set[str] | None:
+    """The columns of a data file where reading them is cheap (a parquet footer, a first line); else None."""
+    if f.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return set(pq.read_schema(f).names)
+    if f.suffix == ".jsonl":
+        with open(f) as fh:
+            first = fh.readline()
+        row = json.loads(first) if first.strip() else None
+        return set(row) if isinstance(row, dict) else None
+    if f.suffix == ".csv":
+        with open(f) as fh:
+            return {c.strip().strip('"') for c in fh.readline().split(",")}
+    return None

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from .. import atomic
+from . import paths
 
 
 def build(model_json, out_dir, tokenizer_dir, seed: int) -> Path:
@@ -28,16 +29,33 @@ def build(model_json, out_dir, tokenizer_dir, seed: int) -> Path:
     return Path(out_dir)
 
 
+# What AutoModelForCausalLM / AutoTokenizer.from_pretrained need in a model directory: any one of each
+NEEDS = {"config.json": ("config.json",),
+         "weights (*.safetensors or pytorch_model*.bin)": ("*.safetensors", "pytorch_model*.bin"),
+         "tokenizer (tokenizer.json, tokenizer.model, vocab.json or vocab.txt)": ("tokenizer.json", "tokenizer.model",
+                                                                                 "vocab.json", "vocab.txt")}
+
+
 def resolve(source: str) -> str:
-    """A name of config/models/*.json, a local model directory, or a hub id (loaded as is)."""
+    """A name of config/models/*.json, a local model directory, or a hub id (loaded as is).
+
+    A path-like source (/, ./, ../, ~) must be a model directory: taken as a hub id, every job would
+    fail on its model load with transformers' repo-id message instead.
+    """
     from .. import MODEL_CONFIGS
 
     if (MODEL_CONFIGS / f"{source}.json").exists():
         return "config"
-    if Path(source).is_dir():
-        if not (Path(source) / "config.json").exists():
-            raise ValueError(f"model {source!r}: directory has no config.json; point models to an HF model "
-                             f"directory, a hub id, or a name from config/models/")
+    local = paths.local(source)
+    if local is not None:
+        if not local.is_dir():
+            raise ValueError(f"model {source!r}: no such directory (a path must be an HF model directory; "
+                             f"a hub id has the form owner/name)")
+        missing = [what for what, globs in NEEDS.items() if not any(any(local.glob(g)) for g in globs)]
+        if missing:
+            raise ValueError(f"model {source!r}: directory has no {', no '.join(missing)}; point models to a "
+                             f"directory saved with save_pretrained (model and tokenizer), a hub id, or a "
+                             f"name from config/models/")
         return "dir"
     if "/" in source:
         return "hub"
