@@ -59,3 +59,13 @@ def test_set_aside_moves_only_invalid_files(files, tmp_path):
     assert "reruns" in moved[0]
     assert good.exists() and not truncated.exists() and not off_schema.exists() and not missing.exists()
     assert (tmp_path / "truncated.json.corrupt").exists() and (tmp_path / "off_schema.json.corrupt").exists()
+
+
+def test_a_corrupt_autotune_record_is_named(tmp_path):
+    from rollout_bench import kernel_tuning
+
+    p = tmp_path / "decode_opts.json"
+    p.write_text('{"status": "o')
+    with pytest.raises(stats.InvalidResultFile) as e:
+        kernel_tuning.load(p)
+    _names_file_and_fix(e, p)
