@@ -1,11 +1,10 @@
 # Offline assets: tokenizer -> dataset -> model dir (config + seeded weights + tokenizer) -> LoRA.
+# `python -m rollout_bench assets <what>` runs one module per asset: that module is each job's code entry.
 
 
 rule tokenizer:
     input:
-        f"{SRC}/assets/tokenizer.py",
-        f"{SRC}/assets/chat.py",
-        f"{SRC}/assets/dataset.py",
+        code=code("assets.tokenizer"),
     output:
         directory("results/assets/tokenizer"),
     params:
@@ -20,7 +19,7 @@ rule tokenizer:
 
 rule dataset:
     input:
-        f"{SRC}/assets/dataset.py",
+        code=code("assets.dataset"),
     output:
         directory("results/assets/dataset"),
     params:
@@ -38,7 +37,7 @@ rule model:
     input:
         config="config/models/{model}.json",
         tokenizer="results/assets/tokenizer",
-        code=f"{SRC}/assets/model.py",
+        code=code("assets.model"),
     output:
         directory("results/assets/models/{model}"),
     params:
@@ -55,7 +54,7 @@ rule model:
 rule lora:
     input:
         model=model_input,
-        code=f"{SRC}/assets/lora.py",
+        code=code("assets.lora"),
     output:
         directory("results/assets/lora/{model}-r{rank}"),
     params:

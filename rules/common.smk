@@ -11,6 +11,8 @@ shell.prefix(f"export PYTHONPATH={_SRC_DIR}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 from rollout_bench import backends as rb_backends
 from rollout_bench import config as rb_config
 from rollout_bench import gpu_lease as rb_lease
+from rollout_bench import invalid_stats as rb_invalid_stats
+from rollout_bench import sources as rb_sources
 from rollout_bench.grpo import availability as rb_grpo_availability
 
 try:
@@ -47,22 +49,20 @@ LEASE = (f"python -m rollout_bench.gpu_lease --gpus {{resources.gpu}} --lock-dir
          f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}"
          f"{'' if CFG['gpu']['pin_cpus'] else '--no-pin-cpus '}--job {{output}} ")
 
-SRC = "src/rollout_bench"
-HARNESS = [f"{SRC}/{f}" for f in ("generation.py", "stats.py", "workload.py", "envinfo.py",
-                                  "gpu_lease.py", "cpu_share.py", "isolation.py", "backends/__init__.py",
-                                  "assets/prompts.py")]
-HARNESS.append("workflow/schemas/stats.schema.json")
-ENGINE_SOURCES = sorted(str(p) for p in Path(SRC, "engine").rglob("*.py"))
+# A truncated or invalid cached stats file counts as missing: moved aside, so its job reruns.
+for _msg in rb_invalid_stats.set_aside(GEN_STATS + TRAIN_STATS):
+    logger.warning(f"invalid cached stats file: {_msg}")
+
+
+def code(*entries, skip_lazy=()):
+    """A job's code inputs: the import closure of the modules its command runs (sources.py)."""
+    return rb_sources.closure(entries, skip_lazy)
 
 
 def backend_sources(wc):
     """Editing a backend's code reruns that backend's jobs only (DESIGN.md section 2)."""
-    files = [f"{SRC}/backends/{wc.backend}.py"]
-    if wc.backend in ("hf_generate", "hf_static", "transformers_cb", "cb_sync", "unsloth", "flex"):
-        files.append(f"{SRC}/backends/hf_model.py")  # the shared HF loader / generate driver
-    if wc.backend == "flex":
-        files += ENGINE_SOURCES
-    return files + HARNESS
+    return code("__main__:_generate", "gpu_lease", f"backends.{wc.backend}",
+                skip_lazy=rb_sources.other_backends(wc.backend, rb_backends.NAMES))
 
 
 def model_source(slug):
@@ -108,12 +108,8 @@ def backend_env(wc):
 
 
 def train_sources(wc):
-    files = sorted(str(p) for p in Path(SRC, "grpo").glob("*.py"))
-    if wc.backend == "flex":
-        files += ENGINE_SOURCES
-    return files + [f"{SRC}/stats.py", f"{SRC}/workload.py", f"{SRC}/envinfo.py", f"{SRC}/gpu_lease.py",
-                    f"{SRC}/cpu_share.py", f"{SRC}/isolation.py",
-                    "workflow/schemas/stats.schema.json"]
+    return code("grpo.cli:_train", "gpu_lease",
+                skip_lazy=rb_sources.other_backends(wc.backend, rb_grpo_availability.NAMES))
 
 
 def train_workload(wc):

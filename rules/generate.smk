@@ -39,7 +39,7 @@ rule generate:
 rule autotune:
     input:
         model=model_input,
-        code=[f"{SRC}/kernel_tuning.py", f"{SRC}/stats.py", f"{SRC}/envinfo.py", f"{SRC}/atomic.py"] + ENGINE_SOURCES,
+        code=code("__main__:_autotune", "gpu_lease"),
     output:
         "results/autotune/{model}/decode_opts.json",
     params:

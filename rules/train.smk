@@ -37,7 +37,7 @@ rule compare:
     input:
         ref="results/train/{model}/{ref}/steps%d.json" % CFG["train"]["steps"],
         candidate="results/train/{model}/{candidate}/steps%d.json" % CFG["train"]["steps"],
-        code=f"{SRC}/grpo/compare.py",
+        code=code("grpo.cli:_compare"),
     output:
         "results/compare/{model}/{ref}__{candidate}.json",
     log:
@@ -52,7 +52,7 @@ rule render_train:
     input:
         stats=TRAIN_STATS,
         comparisons=COMPARE_PATHS,
-        code=f"{SRC}/grpo/report.py",
+        code=code("grpo.cli:_render"),
     output:
         train_table=report("results/tables/train.md", caption="../workflow/report/train_table.rst",
                            category="Training"),

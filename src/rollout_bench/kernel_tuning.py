@@ -6,7 +6,6 @@ candidate's decode-step time and the winner (engine/autotune.py). `options_for` 
 flex job of batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
 to tune (the CPU path ignores kernel options): the file then says so and replays nothing.
 """
-import json
 import random
 import time
 
@@ -52,5 +51,4 @@ def options_for(tuned: dict, batch_size: int) -> dict:
 
 
 def load(path) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    return stats.read_json(path)  # a corrupt record fails naming the file

@@ -44,8 +44,19 @@ def failed(record: dict, reason: str) -> dict:
     return {**record, "status": "failed", "reason": reason}
 
 
+@cache
+def _validator():
+    # built once: `jsonschema.validate` re-checks the schema on every call (~35 ms), and the Snakefile
+    # validates every cached stats file at each start
+    cls = jsonschema.validators.validator_for(schema())
+    cls.check_schema(schema())
+    return cls(schema())
+
+
 def validate(record: dict) -> None:
-    jsonschema.validate(record, schema())
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(record))
+    if error is not None:
+        raise error
 
 
 def finish(record: dict, path) -> dict:
@@ -59,8 +70,27 @@ def finish(record: dict, path) -> dict:
     return record
 
 
+class InvalidResultFile(ValueError):
+    """A cached result that does not parse or validate; the message names the file and the fix."""
+
+    def __init__(self, path, why: str):
+        self.path, self.why = str(path), why
+        super().__init__(f"{path}: {why}. Delete it and rerun: Snakemake then reruns the job that writes it")
+
+
+def read_json(path):
+    """A cached result JSON (stats or comparison); an unreadable one raises naming the file."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InvalidResultFile(path, f"not JSON ({e})") from e
+
+
 def load(path) -> dict:
-    with open(path) as f:
-        record = json.load(f)
-    validate(record)
+    record = read_json(path)
+    try:
+        validate(record)
+    except jsonschema.ValidationError as e:
+        raise InvalidResultFile(path, f"fails workflow/schemas/stats.schema.json ({e.message})") from e
     return record

@@ -1,10 +1,10 @@
 """GRPO results rendered: the training table, the equivalence table, per-step charts (reward, KL, step time)."""
-import json
 import statistics
 
 import altair as alt
 import pandas as pd
 
+from .. import stats
 from ..render import save_chart  # noqa: F401  (HTML + SVG, atomically; re-exported for the CLI)
 from .phases import PHASES
 
@@ -26,16 +26,8 @@ def _fmt(v, spec=".3g"):
     return "" if v is None or (isinstance(v, float) and v != v) else format(v, spec)
 
 
-def _load(paths) -> list[dict]:
-    out = []
-    for p in paths:
-        with open(p) as f:
-            out.append(json.load(f))
-    return out
-
-
 def equivalence_table(comparison_paths) -> str:
-    rows = _load(comparison_paths)
+    rows = [stats.read_json(p) for p in comparison_paths]
     if not rows:
         return EQUIVALENCE_CAPTION + "\n\nNo comparisons in these results (one backend ran).\n"
     lines = [EQUIVALENCE_CAPTION, "",
@@ -94,7 +86,7 @@ def _steps_cell(r: dict) -> str:
 
 def training_table(stats_paths) -> str:
     """Backend rows: median step, train wall, peak memory, optimizer, IS correction, step-time breakdown."""
-    recs = _load(stats_paths)
+    recs = [stats.load(p) for p in stats_paths]
     phase_cols = " | ".join(f"{p} s" for p in PHASES)
     lines = ["Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians over "
              "the same steps of exclusive time (time/<phase>_s in the stats). IS correction: TRL's "
@@ -121,7 +113,7 @@ def training_table(stats_paths) -> str:
 def trajectory_frame(stats_paths) -> pd.DataFrame:
     """Long format: model, backend, step, metric, value (ok runs only)."""
     rows = []
-    for r in _load(stats_paths):
+    for r in (stats.load(p) for p in stats_paths):
         if r["status"] != "ok":
             continue
         for s in r["steps"]:
