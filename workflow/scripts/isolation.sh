@@ -6,7 +6,8 @@
 # its CPU set and the neighbours that overlapped its timed rounds) are copied to OUT/<run>/.
 #   bash workflow/scripts/isolation.sh OUT BACKEND VARIANT [SNAKEMAKE...]     (e.g. OUT hf_generate default)
 # Run it through offline_gpu_host.sh's environment on an offline host: SNAKEMAKE="bash
-# workflow/scripts/offline_gpu_host.sh" (default: python3 -m snakemake).
+# workflow/scripts/offline_gpu_host.sh" (default: python3 -m snakemake). RUNS picks which of the three
+# runs (default all); WORKLOAD, a YAML file, adds keys to every run (e.g. a longer warm-up).
 set -euo pipefail
 OUT=$1 BACKEND=$2 VARIANT=$3
 shift 3
@@ -18,6 +19,7 @@ CFG=$(mktemp -d)
 printf 'workload:\n  cases:\n    twin: {lora: false, sampling: greedy, batch_sizes: [64], backends: [%s],\n           variants: {%s: [%s]}}\n' \
   "$BACKEND" "$BACKEND" "$VARIANT" > "$CFG/twin.yaml"
 printf 'gpu: {pin_cpus: false}\n' > "$CFG/unpinned.yaml"
+BASE="$CFG/twin.yaml${WORKLOAD:+ $WORKLOAD}"
 run() {  # NAME CONFIGFILES TARGETS...
   local name=$1 cfgs=$2
   shift 2
@@ -33,6 +35,11 @@ run() {  # NAME CONFIGFILES TARGETS...
   done
 }
 EXTRA=("$@")
-run alone "$CFG/twin.yaml" "$JOB"
-run beside_twin "$CFG/twin.yaml" "$JOB" "$TWIN"
-run beside_twin_unpinned "$CFG/twin.yaml $CFG/unpinned.yaml" "$JOB" "$TWIN"
+for r in ${RUNS:-alone beside_twin beside_twin_unpinned}; do
+  case $r in
+    alone) run alone "$BASE" "$JOB" ;;
+    beside_twin) run beside_twin "$BASE" "$JOB" "$TWIN" ;;
+    beside_twin_unpinned) run beside_twin_unpinned "$BASE $CFG/unpinned.yaml" "$JOB" "$TWIN" ;;
+    *) echo "unknown run $r" >&2; exit 2 ;;
+  esac
+done
