@@ -28,7 +28,7 @@ rule generate:
     conda:
         backend_env
     shell:
-        LEASE + "--pin '{params.pin}' -- "
+        f"{LEASE}--pin '{{params.pin}}' -- "
         "python -m rollout_bench generate --backend {wildcards.backend} --variant {wildcards.variant} "
         "--model {wildcards.model} --case {wildcards.case} --workload {params.workload:q} "
         "--model-dir {params.model_dir} --adapter '{params.adapter}' --dataset {params.dataset} "
@@ -56,6 +56,6 @@ rule autotune:
     conda:
         "../envs/core.yaml"
     shell:
-        LEASE + "--pin '' -- "
+        f"{LEASE}--pin '' -- "
         "python -m rollout_bench autotune --model {wildcards.model} --model-dir {params.model_dir} "
         "--workload {params.workload:q} --batch-sizes {params.batch_sizes} --out {output} > {log} 2>&1"

@@ -27,7 +27,7 @@ rule train:
     conda:
         "../envs/core.yaml"
     shell:
-        LEASE + "--pin '{params.pin}' -- "
+        f"{LEASE}--pin '{{params.pin}}' -- "
         "python -m rollout_bench train --backend {wildcards.backend} --model {wildcards.model} "
         "--workload {params.workload:q} --model-dir {params.model_dir} --adapter {params.adapter} "
         "--dataset {params.dataset} --steps {wildcards.steps} {params.max_wall} --out {output} > {log} 2>&1"
