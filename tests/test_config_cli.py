@@ -1,26 +1,17 @@
 """Config given on the snakemake command line, as a user gives it: dry runs only (seconds, no jobs)."""
 import json
 import re
-import shutil
 
 import pytest
 
-from .conftest import ROOT
-from .test_pipeline import TREE, snakemake
+from .test_pipeline import copy_tree, snakemake
 
 pytestmark = pytest.mark.slow  # snakemake dry runs, ~10 s each
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    d = tmp_path_factory.mktemp("wf")
-    for name in TREE:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, d / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, d / name)
-    return d
+    return copy_tree(tmp_path_factory.mktemp("wf"))
 
 
 def _job_workloads(tree, *args) -> list[dict]:

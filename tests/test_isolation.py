@@ -1,5 +1,6 @@
 """Each leased job's share of the host: disjoint NUMA-local CPU sets, thread counts sized to them, the
 lease log that names the neighbours of a timed window, and the opt-in host-wide timing lock."""
+import itertools
 import json
 import os
 import subprocess
@@ -121,5 +122,5 @@ def test_timing_lock_keeps_timed_windows_apart(tmp_path):
     for t in threads:
         t.join()
     spans.sort()
-    assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:]))  # no two windows overlap
+    assert all(b[0] >= a[1] for a, b in itertools.pairwise(spans))  # no two windows overlap
     assert max(s[2] for s in spans) >= 0.35  # the last one waited for the other two

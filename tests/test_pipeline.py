@@ -31,13 +31,20 @@ def pending(cwd, *args) -> list[str]:
     return sorted(row[0] for row in rows if row[-1].strip() not in ("no update", "-"))
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("wf")
+def copy_tree(d: Path) -> Path:
+    """The workflow's files, as a user's checkout has them, in `d`."""
     for name in TREE:
         src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, d / name,
-                                                            **({"ignore": shutil.ignore_patterns("__pycache__")} if src.is_dir() else {}))
+        if src.is_dir():
+            shutil.copytree(src, d / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, d / name)
+    return d
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = copy_tree(tmp_path_factory.mktemp("wf"))
     snakemake(d, "--cores", "2")
     return d
 

@@ -1,11 +1,9 @@
 """What reruns, on a workflow tree whose outputs are placeholders marked current with `--touch` (seconds, not a real run)."""
 import os
-import shutil
 
 import pytest
 
-from .conftest import ROOT
-from .test_pipeline import TREE, pending, snakemake
+from .test_pipeline import copy_tree, pending, snakemake
 
 pytestmark = pytest.mark.slow
 STATS_DIRS = ("results/generate/", "results/train/")
@@ -23,13 +21,7 @@ def tree(tmp_path_factory):
     from rollout_bench import stats
     from rollout_bench.workload import Sampling
 
-    d = tmp_path_factory.mktemp("stale")
-    for name in TREE:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, d / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, d / name)
+    d = copy_tree(tmp_path_factory.mktemp("stale"))
     wl = {"lora_rank": 0, "num_generations": 1, "sampling": Sampling().to_dict(), "ignore_eos": True,
           "max_new_tokens": 4}
     record = stats.skipped(stats.base("generate", backend="b", variant="v", model="m", workload=wl), PLACEHOLDER)

@@ -29,7 +29,7 @@ def gpu_bus_ids() -> dict[int, str]:
     """Physical GPU index -> sysfs PCI address ('0000:18:00.0'), without initialising CUDA."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+                             capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.SubprocessError):
         return {}
     ids = {}
