@@ -179,7 +179,7 @@ def test_bad_user_value_is_refused_not_hidden_by_the_profile(raw):
         config.resolve(config._deep_merge(raw, user), user)
 
 
-def test_user_overrides_follow_snakemakes_order(tmp_path):
+def test_user_overrides_follow_snakemakes_order(tmp_path, monkeypatch):
     shipped = ROOT / "config/config.yaml"
     a, b = tmp_path / "a.yaml", tmp_path / "b.json"
     a.write_text("workload: {max_new_tokens: 8, rounds: 1}\nprofiles: {cpu: {models: [llama-tiny]}}\n")
@@ -189,6 +189,12 @@ def test_user_overrides_follow_snakemakes_order(tmp_path):
     assert user == {"workload": {"max_new_tokens": 9, "rounds": 4}, "train": {"steps": 2},
                     "profiles": {"cpu": {"models": ["llama-tiny"]}}}
     assert config.user_overrides([], {}, shipped) == {}
+    # by default the shipped file is this checkout's, whatever the working directory (snakemake --directory)
+    monkeypatch.chdir(tmp_path)
+    assert config.user_overrides([str(shipped)], {}) == {}
+    c = tmp_path / "c.json"
+    c.write_text('{\n\t"lora": {"rank": 8}\n}')  # tab-indented JSON: Snakemake reads it, so must we
+    assert config.user_overrides([str(c)], {}) == {"lora": {"rank": 8}}
 
 
 def test_profile_names_come_from_the_schema(raw):
@@ -198,3 +204,10 @@ def test_profile_names_come_from_the_schema(raw):
         resolve_with(raw, profile="tpu")
     with pytest.raises(ConfigError, match=r"^config error at profiles: .*'cpuu' was unexpected"):
         resolve_with(raw, profiles__cpuu={"models": ["qwen3-tiny"]})
+
+
+def test_autotune_needs_tokens_to_time(raw):
+    bad = {**raw, "profile": "smoke", "workload": {**raw["workload"], "max_new_tokens": 16}}
+    with pytest.raises(config.ConfigError, match="workload.max_new_tokens: 16 leaves nothing to time"):
+        config.resolve(bad, {"workload": {"max_new_tokens": 16}})
+    config.resolve({**raw, "profile": "cpu"}, {"workload": {"max_new_tokens": 16}})  # no autotune on CPU

@@ -57,19 +57,34 @@ def test_unknown_topology_splits_the_allowed_cpus_and_slots_split_a_share():
     assert all(cpu_share.share(0, s, 4, [0], [0, 1], {0: None}, {}) for s in range(4))
 
 
+def test_shares_stay_disjoint_when_only_some_gpus_have_a_node():
+    """GPU 2's node is unknown: node-local shares for the others beside a host-wide split for it would
+    overlap, so every GPU splits the whole set."""
+    nodes = {0: 0, 1: 0, 2: None, 3: 1}
+    lists = {0: list(range(8)), 1: list(range(8, 16))}
+    shares = [cpu_share.share(g, 0, 1, [0, 1, 2, 3], list(range(16)), nodes, lists) for g in range(4)]
+    flat = [c for s in shares for c in s]
+    assert len(flat) == len(set(flat)) == 16
+    # a cpuset holding only node 0: GPU 1's node has no usable CPU, likewise
+    nodes = {0: 0, 1: 1}
+    shares = [cpu_share.share(g, 0, 1, [0, 1], list(range(8)), nodes, lists) for g in range(2)]
+    assert shares == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
 def test_lease_pins_the_job_and_sizes_its_threads(tmp_path, monkeypatch):
     monkeypatch.setenv(gpu_lease.COUNT_VAR, "2")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     probe = ("import json, os, sys; print(json.dumps({'aff': sorted(os.sched_getaffinity(0)), "
              "'omp': os.environ.get('OMP_NUM_THREADS'), 'cpus': os.environ.get('ROLLOUT_BENCH_CPUS'), "
              "'lease': os.environ.get('ROLLOUT_BENCH_LEASE')}))")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi: the topology is unknown, as on a CPU host
     out = subprocess.run([sys.executable, "-m", "rollout_bench.gpu_lease", "--gpus", "1", "--lock-dir",
                           str(tmp_path), "--job", "results/x.json", "--", sys.executable, "-c", probe],
                          capture_output=True, text=True, check=True)
     got = json.loads(out.stdout)
     allowed = sorted(os.sched_getaffinity(0))
     assert got["aff"] == [int(c) for c in got["cpus"].split(",")] and int(got["omp"]) == len(got["aff"])
-    assert set(got["aff"]) <= set(allowed) and len(got["aff"]) == max(1, len(allowed) // 2)
+    assert got["aff"] == cpu_share.share(0, 0, 1, [0, 1], allowed, {0: None, 1: None}, {})
     events = [json.loads(x) for x in (tmp_path / isolation.LOG).read_text().splitlines()]
     assert [e["event"] for e in events] == ["start", "end"] and events[0]["job"] == "results/x.json"
     assert events[0]["lease"] == got["lease"] and events[0]["cpus"] == got["aff"]
@@ -124,3 +139,56 @@ def test_timing_lock_keeps_timed_windows_apart(tmp_path):
     spans.sort()
     assert all(b[0] >= a[1] for a, b in itertools.pairwise(spans))  # no two windows overlap
     assert max(s[2] for s in spans) >= 0.35  # the last one waited for the other two
+
+
+def test_a_pin_outside_the_host_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(gpu_lease.COUNT_VAR, "2")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out = subprocess.run([sys.executable, "-m", "rollout_bench.gpu_lease", "--gpus", "1", "--pin", "5",
+                          "--lock-dir", str(tmp_path), "--", "true"], capture_output=True, text=True, check=False)
+    assert out.returncode == 3 and "gpu.pin names GPU(s) [5] but this host has [0, 1]" in out.stderr
+
+
+def test_slot_jobs_and_a_whole_gpu_job_exclude_each_other(tmp_path):
+    """A smoke run's slot leases and a benchmark's whole-GPU lease on the same GPU never overlap."""
+    slot = gpu_lease.acquire(1, tmp_path, [0], slots=4)
+    with pytest.raises(gpu_lease.LeaseError):
+        gpu_lease.acquire(1, tmp_path, [0], timeout_s=0.3)
+    slot.release()
+    whole = gpu_lease.acquire(1, tmp_path, [0])
+    with pytest.raises(gpu_lease.LeaseError):
+        gpu_lease.acquire(1, tmp_path, [0], slots=4, timeout_s=0.3)
+    whole.release()
+
+
+def test_a_killed_lease_ends_its_job_and_logs_its_end(tmp_path, monkeypatch):
+    monkeypatch.setenv(gpu_lease.COUNT_VAR, "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    marker = tmp_path / "child_pid"
+    child = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    lease = subprocess.Popen([sys.executable, "-m", "rollout_bench.gpu_lease", "--gpus", "1", "--lock-dir",
+                              str(tmp_path), "--", sys.executable, "-c", child])
+    deadline = time.monotonic() + 30
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    lease.terminate()  # a scheduler's time limit
+    assert lease.wait(timeout=30) != 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(marker.read_text()), 0)  # the job went with it
+    assert [e["event"] for e in map(json.loads, (tmp_path / isolation.LOG).read_text().splitlines())] == \
+        ["start", "end"]
+    gpu_lease.acquire(1, tmp_path, [0], timeout_s=1).release()  # and the GPU is free
+
+
+def test_a_lease_whose_process_died_unlogged_is_no_neighbour(tmp_path):
+    import socket
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    isolation.log_event(tmp_path, event="start", lease="ghost", job="killed -9", gpus=[1], slot=0, cpus=[1],
+                        pid=dead.pid, host=socket.gethostname())
+    env = {isolation.LOCK_DIR_VAR: str(tmp_path), isolation.LEASE_VAR: "me"}
+    with isolation.window(env) as w:
+        time.sleep(0.05)
+    assert w.neighbours == []

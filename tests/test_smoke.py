@@ -62,3 +62,27 @@ def test_expected_outputs_are_the_dag_of_the_smoke_profile(tmp_path):
     for output, _ in smoke.expected(sm):
         assert output in out.stdout, output
     assert not (tmp_path / "results/generate").exists()  # a dry run: nothing ran
+
+
+def test_prepare_refuses_a_checkout_and_repoints_stale_links(tmp_path):
+    import pytest
+
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout/Snakefile").write_text("")
+    with pytest.raises(SystemExit, match="holds a workflow checkout"):
+        smoke.prepare(tmp_path / "checkout", keep=False)
+    with pytest.raises(SystemExit):
+        smoke.prepare(ROOT.parent, keep=False)  # an ancestor of this checkout
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "src").symlink_to(tmp_path / "checkout")  # another checkout's smoke run
+    smoke.prepare(work, keep=False)
+    assert (work / "src").resolve() == (ROOT / "src").resolve()
+    assert str(ROOT / "results/.gpu_locks") in (work / "smoke_locks.yaml").read_text()
+
+
+def test_autotune_is_expected_only_for_models_a_flex_job_runs():
+    cfg = resolved("smoke")
+    assert any(o.startswith("results/autotune/qwen3-tiny/") for o, _ in smoke.expected(cfg))
+    no_flex = {**cfg, "backends": [b for b in cfg["backends"] if b != "flex"]}
+    assert not any(o.startswith("results/autotune/") for o, _ in smoke.expected(no_flex))

@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import SCHEMAS, backends, envinfo
+from . import ROOT, SCHEMAS, backends, envinfo
 from .assets import dataset as dataset_assets
 from .assets import model as model_assets
 from .workload import Sampling
@@ -90,17 +90,21 @@ def profile_names() -> list[str]:
     return list(schema()["properties"]["profiles"]["properties"])
 
 
-def user_overrides(configfiles, cli_config, shipped="config/config.yaml") -> dict:
+def user_overrides(configfiles, cli_config, shipped=None) -> dict:
     """The keys the user set: each --configfile in order, then --config (Snakemake's own order).
 
     Snakemake hands the Snakefile one dict merged from config/config.yaml and these, so resolve()
     cannot tell them apart; these must win over the profile. The shipped file is never the user's,
     even when passed again with --configfile: it then behaves as it does by default.
     """
+    from snakemake.common.configfile import load_configfile  # Snakemake's own reader: JSON or YAML
+
+    # this checkout's file, not one relative to the working directory (`snakemake --directory`)
+    shipped = Path(shipped or ROOT / "config/config.yaml").resolve()
     out = {}
     for f in configfiles:
-        if Path(f).resolve() != Path(shipped).resolve():
-            out = _deep_merge(out, yaml.safe_load(Path(f).read_text()) or {})
+        if Path(f).resolve() != shipped:
+            out = _deep_merge(out, _plain(load_configfile(f) or {}))
     return _deep_merge(out, _plain(cli_config or {}))
 
 
@@ -138,7 +142,20 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
     return cfg
 
 
+def _check_autotune(cfg: dict) -> None:
+    if not (cfg["autotune"]["enabled"] and uses_gpu(cfg) and "flex" in cfg["backends"]):
+        return
+    from .engine.config import EngineConfig
+
+    chunk = EngineConfig().decode_chunk  # the autotune pass times one chunk of decode steps mid-generation
+    if cfg["workload"]["max_new_tokens"] <= chunk:
+        raise ConfigError(f"config error at workload.max_new_tokens: {cfg['workload']['max_new_tokens']} leaves "
+                          f"nothing to time for the autotune pass (it times {chunk} decode steps mid-generation): "
+                          f"raise it above {chunk} or set autotune.enabled false")
+
+
 def _check(cfg: dict) -> None:
+    _check_autotune(cfg)
     for m in cfg["models"]:
         try:
             model_assets.resolve(m)

@@ -71,13 +71,16 @@ def share(gpu: int, slot: int, slots: int, host_gpus: list[int], allowed: list[i
     allowed: the CPUs this process may use (sched_getaffinity); nodes: GPU -> NUMA node or None;
     node_cpu_lists: node -> its CPUs. The GPUs of one node split its allowed CPUs into contiguous
     equal parts (a remainder goes to the first ones); with more slots than CPUs, slots share CPUs
-    round-robin rather than run on none.
+    round-robin rather than run on none. When any GPU of the host has no node with allowed CPUs, every
+    GPU splits all the allowed CPUs instead: node-local shares beside a host-wide split would overlap.
     """
     assert gpu in host_gpus and 0 <= slot < slots, (gpu, host_gpus, slot, slots)
-    node = nodes.get(gpu)
-    pool = [c for c in node_cpu_lists.get(node, []) if c in set(allowed)] if node is not None else []
-    peers = [g for g in host_gpus if nodes.get(g) == node] if pool else list(host_gpus)
-    pool = pool or sorted(allowed)
+    ok = set(allowed)
+    pools = {g: [c for c in node_cpu_lists.get(nodes.get(g), []) if c in ok] for g in host_gpus}
+    if all(pools.values()):
+        pool, peers = pools[gpu], [g for g in host_gpus if nodes.get(g) == nodes.get(gpu)]
+    else:
+        pool, peers = sorted(ok), list(host_gpus)
     parts = _split(pool, len(peers) * slots)
     return parts[(peers.index(gpu) * slots + slot) % len(parts)]
 
@@ -95,11 +98,9 @@ def _split(cpus: list[int], n: int) -> list[list[int]]:
 
 
 def for_lease(gpus: list[int], slot: int, slots: int, host_gpus: list[int], sys_root: Path = SYS,
-              bus_ids: dict[int, str] | None = None) -> dict:
-    """The CPU set of a lease of `gpus` (the union of each GPU's slot share) and where it came from."""
+              bus_ids: dict[int, str] | None = None) -> list[int]:
+    """The CPU set of a lease of `gpus`: the union of each GPU's slot share."""
     allowed = sorted(os.sched_getaffinity(0))
     nodes = topology(host_gpus, sys_root, bus_ids)
     lists = {n: node_cpus(n, sys_root) for n in set(nodes.values()) if n is not None}
-    cpus = sorted({c for g in gpus for c in share(g, slot, slots, host_gpus, allowed, nodes, lists)})
-    return {"cpus": cpus, "numa_nodes": sorted({nodes[g] for g in gpus if nodes[g] is not None}),
-            "host_cpus": len(allowed)}
+    return sorted({c for g in gpus for c in share(g, slot, slots, host_gpus, allowed, nodes, lists)})

@@ -8,11 +8,12 @@ set CUDA_VISIBLE_DEVICES (SLURM) is honoured. The job is pinned to its GPUs' CPU
 directory, where the job finds the neighbours that overlapped its timed rounds (isolation.py).
 
     python -m rollout_bench.gpu_lease --gpus 1 [--pin 2,3] [--lock-dir D] [--slots K] [--job LABEL]
-        [--timing-lock] -- CMD ARGS...
+        [--timing-lock] [--no-pin-cpus] -- CMD ARGS...
 """
 import argparse
 import fcntl
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -51,9 +52,7 @@ class Lease:
         return out
 
     def release(self):
-        for f in self._files:
-            fcntl.flock(f, fcntl.LOCK_UN)
-            f.close()
+        _unlock(self._files)
         self._files.clear()
 
 
@@ -68,18 +67,37 @@ def candidates(pin: list[int] | None = None, environ=os.environ) -> list[int]:
     return list(range(n))
 
 
-def _try_lock(path: Path):
+def _try_lock(path: Path, shared: bool = False):
     f = open(path, "a+")
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         return f
     except BlockingIOError:
         f.close()
         return None
 
 
-def _lock_name(gpu: int, slot: int, slots: int) -> str:
-    return f"gpu{gpu}.lock" if slots == 1 else f"gpu{gpu}.slot{slot}.lock"
+def _unlock(files) -> None:
+    for f in files:
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+
+
+def _take(lock_dir: Path, gpu: int, slot: int, slots: int) -> list | None:
+    """One GPU's locks for one job: its GPU lock, exclusive; with several slots, the GPU lock shared
+    and the slot's lock exclusive, so that a whole-GPU job and slot jobs (the smoke run beside a
+    benchmark) still exclude each other."""
+    if slots == 1:
+        f = _try_lock(lock_dir / f"gpu{gpu}.lock")
+        return [f] if f else None
+    g = _try_lock(lock_dir / f"gpu{gpu}.lock", shared=True)
+    if g is None:
+        return None
+    s = _try_lock(lock_dir / f"gpu{gpu}.slot{slot}.lock")
+    if s is None:
+        _unlock([g])
+        return None
+    return [g, s]
 
 
 def acquire(n: int, lock_dir, ids: list[int], timeout_s: float = 3600, poll_s: float = 0.2,
@@ -96,14 +114,12 @@ def acquire(n: int, lock_dir, ids: list[int], timeout_s: float = 3600, poll_s: f
         for slot in range(slots):
             held = []
             for i in ids:
-                f = _try_lock(lock_dir / _lock_name(i, slot, slots))
-                if f is not None:
-                    held.append((i, f))
+                files = _take(lock_dir, i, slot, slots)
+                if files is not None:
+                    held.append((i, files))
                     if len(held) == n:
-                        return Lease([i for i, _ in held], [f for _, f in held], slot)
-            for _, f in held:
-                fcntl.flock(f, fcntl.LOCK_UN)
-                f.close()
+                        return Lease([i for i, _ in held], [f for _, fs in held for f in fs], slot)
+            _unlock([f for _, fs in held for f in fs])
         if time.monotonic() > deadline:
             raise LeaseError(f"no {n} free GPU(s) among {ids} after {timeout_s:.0f}s: another process holds "
                              f"the locks in {lock_dir}")
@@ -140,7 +156,7 @@ def main(argv=None) -> int:
     ap.add_argument("--slots", type=int, default=1, help="jobs one GPU takes at once (gpu.jobs_per_gpu)")
     ap.add_argument("--job", default="", help="label in the lease log (the job's output)")
     ap.add_argument("--timing-lock", action="store_true",
-                    help="timed rounds take a host-wide lock (gpu.timing_lock)")
+                    help="timed rounds take one lock in the lock dir (gpu.timing_lock)")
     ap.add_argument("--no-pin-cpus", action="store_true", help="leave the CPU affinity and thread counts alone")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
@@ -150,7 +166,11 @@ def main(argv=None) -> int:
     if a.gpus == 0:
         return subprocess.call(cmd)
     pin = [int(x) for x in a.pin.split(",") if x.strip()]
-    ids = candidates(pin)
+    ids, host = candidates(pin), candidates(None)  # every GPU of the host shares out its CPUs
+    if set(ids) - set(host):
+        print(f"gpu_lease: gpu.pin names GPU(s) {sorted(set(ids) - set(host))} but this host has {host}: "
+              f"pin ids among them", file=sys.stderr)
+        return 3
     try:
         lease = acquire(a.gpus, a.lock_dir, ids, a.timeout, slots=a.slots)
     except LeaseError as e:
@@ -158,20 +178,35 @@ def main(argv=None) -> int:
         return 3
     lease_id = f"{socket.gethostname()}:{os.getpid()}:{time.time():.3f}"
     try:
-        host = candidates(None)  # every GPU of the host shares out its CPUs, not only the pinned ones
         if not a.no_pin_cpus:
-            lease.cpus = cpu_share.for_lease(lease.ids, lease.slot, a.slots, sorted(set(host) | set(ids)))["cpus"]
+            lease.cpus = cpu_share.for_lease(lease.ids, lease.slot, a.slots, host)
             os.sched_setaffinity(0, lease.cpus)  # the job inherits it
         env = {**os.environ, **lease.env(), isolation.LEASE_VAR: lease_id,
                isolation.LOCK_DIR_VAR: str(Path(a.lock_dir).resolve()),
                isolation.TIMING_LOCK_VAR: "1" if a.timing_lock else "0"}
         isolation.log_event(a.lock_dir, event="start", lease=lease_id, job=a.job or " ".join(cmd)[:200],
-                            gpus=lease.ids, slot=lease.slot, cpus=lease.cpus, pid=os.getpid())
+                            gpus=lease.ids, slot=lease.slot, cpus=lease.cpus, pid=os.getpid(),
+                            host=socket.gethostname())
         print(f"gpu_lease: GPUs {lease.ids} slot {lease.slot} CPUs {lease.cpus or 'unpinned'}", file=sys.stderr)
-        return subprocess.call(cmd, env=env)
+        return _run(cmd, env)
     finally:
-        isolation.log_event(a.lock_dir, event="end", lease=lease_id)
-        lease.release()
+        try:
+            isolation.log_event(a.lock_dir, event="end", lease=lease_id)
+        finally:
+            lease.release()
+
+
+def _run(cmd: list[str], env: dict) -> int:
+    """Run the job; a SIGTERM or SIGHUP to the lease (a scheduler's time limit) goes to the job too,
+    which then ends before the lease releases its GPUs and logs its end."""
+    proc = subprocess.Popen(cmd, env=env)
+
+    def forward(signum, _frame):
+        proc.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    return proc.wait()
 
 
 if __name__ == "__main__":

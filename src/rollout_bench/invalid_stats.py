@@ -21,6 +21,11 @@ def set_aside(paths) -> list[str]:
         try:
             stats.load(path)
         except stats.InvalidResultFile as e:
-            os.replace(path, f"{path}{SUFFIX}")
-            moved.append(f"{path}: {e.why}; moved to {path}{SUFFIX}, so its job reruns")
+            dest = f"{path}{SUFFIX}"
+            if os.path.exists(dest):  # an earlier corrupt copy stays for whoever looks into it
+                dest = f"{path}.{int(os.path.getmtime(path))}{SUFFIX}"
+            os.replace(path, dest)
+            moved.append(f"{path}: {e.why}; moved to {dest}, so its job reruns")
+        except OSError as e:  # unreadable: the job that writes it will say so, the DAG can still be built
+            moved.append(f"{path}: cannot be read ({e}); left in place")
     return moved

@@ -1,5 +1,5 @@
 """What a leased job knows of its neighbours: its own CPU share, the other leases that overlapped
-its timed window (from the lock directory's lease log), and an opt-in host-wide timing lock.
+its timed window (from the lock directory's lease log), and an opt-in timing lock shared through the lock directory.
 
 gpu_lease appends a `start` and an `end` line per lease to <lock dir>/leases.jsonl and exports
 the lease's id, CPU set and lock directory to the job. Timed code wraps its window in `window()`;
@@ -9,6 +9,8 @@ visible as such.
 import fcntl
 import json
 import os
+import socket
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,19 +19,36 @@ from pathlib import Path
 LEASE_VAR = "ROLLOUT_BENCH_LEASE"  # this job's lease id
 LOCK_DIR_VAR = "ROLLOUT_BENCH_LOCK_DIR"
 CPUS_VAR = "ROLLOUT_BENCH_CPUS"  # comma-separated CPU ids the lease pinned the job to
-TIMING_LOCK_VAR = "ROLLOUT_BENCH_TIMING_LOCK"  # "1": timed windows take the host-wide lock
+TIMING_LOCK_VAR = "ROLLOUT_BENCH_TIMING_LOCK"  # "1": timed windows take the lock directory's timing lock
 LOG = "leases.jsonl"
 TIMING_LOCK = "timing.lock"
 
 
 def log_event(lock_dir, **event) -> None:
-    """One line per event; O_APPEND keeps concurrent writers' lines whole."""
+    """One line per event; O_APPEND keeps concurrent writers' lines whole. Best effort: a log that
+    cannot be written costs the stats their neighbours, not the job its result."""
     line = json.dumps({**event, "t": time.time()}) + "\n"
-    fd = os.open(Path(lock_dir) / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+        fd = os.open(Path(lock_dir) / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        print(f"isolation: lease log not written ({e})", file=sys.stderr)
+
+
+def _alive(lease: dict) -> bool:
+    """False for a lease of this host whose process is gone (killed before it could log its end)."""
+    if lease.get("host") != socket.gethostname() or not lease.get("pid"):
+        return True
+    try:
+        os.kill(lease["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def leases(lock_dir) -> dict[str, dict]:
@@ -44,7 +63,7 @@ def leases(lock_dir) -> dict[str, dict]:
         except json.JSONDecodeError:
             continue  # a line cut by a crash mid-write names nobody
         if ev.get("event") == "start":
-            out[ev["lease"]] = {k: ev.get(k) for k in ("job", "gpus", "slot", "cpus", "pid")} | {
+            out[ev["lease"]] = {k: ev.get(k) for k in ("job", "gpus", "slot", "cpus", "pid", "host")} | {
                 "start": ev["t"], "end": None}
         elif ev.get("event") == "end" and ev.get("lease") in out:
             out[ev["lease"]]["end"] = ev["t"]
@@ -52,10 +71,15 @@ def leases(lock_dir) -> dict[str, dict]:
 
 
 def overlapping(lock_dir, own: str | None, t0: float, t1: float) -> list[dict]:
-    """Other leases held at some point of [t0, t1], with how many seconds of it they overlapped."""
+    """Other leases held at some point of [t0, t1], with how many seconds of it they overlapped. A
+    lease whose process died without logging its end counts as ended when it started: its real end
+    is unknown, and counting it as held would name a ghost beside every later job."""
     out = []
     for lid, lease in leases(lock_dir).items():
-        end = lease["end"] if lease["end"] is not None else t1
+        if lease["end"] is not None:
+            end = lease["end"]
+        else:
+            end = t1 if _alive(lease) else lease["start"]
         overlap = min(end, t1) - max(lease["start"], t0)
         if lid != own and overlap > 0:
             out.append({"job": lease["job"], "gpus": lease["gpus"], "cpus": lease["cpus"],
@@ -74,7 +98,7 @@ class Window:
 
 @contextmanager
 def window(environ=os.environ):
-    """Wrap timed rounds: takes the host-wide timing lock when the lease says so, and afterwards
+    """Wrap timed rounds: takes the lock directory's timing lock when the lease says so, and afterwards
     lists the other leases that overlapped the rounds."""
     lock_dir = environ.get(LOCK_DIR_VAR)
     w = Window()
@@ -96,7 +120,7 @@ def window(environ=os.environ):
             w.neighbours = overlapping(lock_dir, environ.get(LEASE_VAR), w.t0, w.t1)
 
 
-def record(w: Window | None, environ=os.environ) -> dict:
+def record(w: Window, environ=os.environ) -> dict:
     """The stats' `isolation` field: this job's CPU set and threads, and who overlapped its window."""
     cpus = [int(c) for c in environ.get(CPUS_VAR, "").split(",") if c.strip()]
     try:
@@ -104,8 +128,6 @@ def record(w: Window | None, environ=os.environ) -> dict:
         threads = torch.get_num_threads()
     except ImportError:
         threads = None
-    out = {"lease": environ.get(LEASE_VAR), "cpus": cpus or None, "affinity": len(os.sched_getaffinity(0)),
-           "torch_threads": threads, "timing_lock": environ.get(TIMING_LOCK_VAR) == "1"}
-    if w is not None:
-        out.update(window_s=round(w.t1 - w.t0, 3), lock_wait_s=w.lock_wait_s, neighbours=w.neighbours)
-    return out
+    return {"lease": environ.get(LEASE_VAR), "cpus": cpus or None, "affinity": len(os.sched_getaffinity(0)),
+            "torch_threads": threads, "timing_lock": environ.get(TIMING_LOCK_VAR) == "1",
+            "window_s": round(w.t1 - w.t0, 3), "lock_wait_s": w.lock_wait_s, "neighbours": w.neighbours}

@@ -40,17 +40,16 @@ class Job:
         return self.status in OK
 
 
-def smoke_config(overrides: dict | None = None) -> dict:
+def smoke_config() -> dict:
     raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    return config.resolve({**raw, **(overrides or {}), "profile": "smoke"})
+    return config.resolve({**raw, "profile": "smoke"})
 
 
 def expected(cfg: dict) -> list[tuple[str, str]]:
     """(output, log) of every job whose output the verdict reads, in DAG order."""
     out = []
-    if cfg["autotune"]["enabled"] and "flex" in cfg["backends"]:
-        for m in cfg["models"]:
-            slug = config.model_slug(m)
+    if cfg["autotune"]["enabled"]:  # the pass runs for each model a flex job replays it on
+        for slug in sorted({j.model_slug for j in config.gen_jobs(cfg) if j.backend == "flex"}):
             out.append((f"results/autotune/{slug}/decode_opts.json", f"results/logs/autotune/{slug}/decode_opts.log"))
     for j in config.gen_jobs(cfg):
         out.append((j.path, j.path.replace("results/generate/", "results/logs/generate/").replace(".json", ".log")))
@@ -95,14 +94,23 @@ def table(jobs: list[Job], wall_s: float, command: str) -> str:
 
 
 def prepare(workdir: Path, keep: bool) -> None:
+    """A scratch workdir whose config, code and schemas are this checkout's (links)."""
+    workdir = workdir.resolve()
+    if (workdir / "Snakefile").exists() or workdir in ROOT.resolve().parents or workdir == ROOT.resolve():
+        raise SystemExit(f"smoke: {workdir} holds a workflow checkout; give a scratch --workdir (its results "
+                         f"would be deleted)")
     workdir.mkdir(parents=True, exist_ok=True)
     if not keep:
         for d in ("results", ".snakemake"):
             shutil.rmtree(workdir / d, ignore_errors=True)
     for name in LINKED:
         link = workdir / name
+        if link.is_symlink() and link.resolve() != (ROOT / name).resolve():
+            link.unlink()  # left by another checkout's smoke run
         if not link.is_symlink():
             link.symlink_to(ROOT / name, target_is_directory=True)
+    # the checkout's own GPU locks and lease log: a smoke run and a benchmark on one GPU exclude each other
+    atomic.write_text(workdir / "smoke_locks.yaml", f"gpu: {{lock_dir: {json.dumps(str(ROOT / 'results/.gpu_locks'))}}}\n")
 
 
 def main(argv=None) -> int:
@@ -114,12 +122,14 @@ def main(argv=None) -> int:
     ap.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="after --: passed to snakemake")
     a = ap.parse_args(argv)
     extra = a.snakemake_args[1:] if a.snakemake_args[:1] == ["--"] else a.snakemake_args
+    if {"--config", "--configfile", "--configfiles", "-C"} & set(extra):
+        ap.error("the smoke run's config is profiles.smoke in config/config.yaml: edit it there, not with --config")
     workdir = Path(a.workdir).resolve()
     cfg = smoke_config()
     prepare(workdir, a.keep)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--cores", str(a.cores), "--resources", f"gpu={cfg['gpu']['jobs_per_gpu']}", "--config", "profile=smoke",
-           "--keep-going", "--rerun-incomplete", *extra]
+           "--configfile", str(workdir / "smoke_locks.yaml"), "--keep-going", "--rerun-incomplete", *extra]
     env = {k: v for k, v in os.environ.items() if k != "ROLLOUT_BENCH_GPU_IDS"}
     env["CUDA_VISIBLE_DEVICES"] = str(a.gpu)  # the lease takes its slots on this GPU only
     t0 = time.monotonic()
@@ -131,7 +141,9 @@ def main(argv=None) -> int:
                "gpu": a.gpu, "command": command, "jobs": [asdict(j) for j in jobs]}
     atomic.write_json(workdir / "results/summary/smoke.json", summary)
     atomic.write_text(workdir / "results/tables/smoke.md", table(jobs, wall, command))
-    dest = publish("smoke", command, str(ROOT / "config/config.yaml"), results=str(workdir / "results"))
+    resolved = workdir / "results/summary/smoke_config.yaml"  # what ran: the smoke profile over the top level
+    atomic.write_text(resolved, yaml.safe_dump(cfg, sort_keys=False))
+    dest = publish("smoke", command, str(resolved), results=str(workdir / "results"))
     for j in jobs:
         if not j.passed:
             print(f"smoke: {j.status}: {j.output}: {j.reason or ''} (log: {workdir / j.log})", file=sys.stderr)

@@ -15,6 +15,7 @@ SNAKEMAKE=${SNAKEMAKE:-python3 -m snakemake}
 JOB=results/generate/qwen3-4b/$BACKEND/$VARIANT/greedy/bs64.json
 TWIN=results/generate/qwen3-4b/$BACKEND/$VARIANT/twin/bs64.json
 CFG=$(mktemp -d)
+trap 'rm -rf "$CFG"' EXIT
 # the twin: the greedy case's workload under another name, for this backend only
 printf 'workload:\n  cases:\n    twin: {lora: false, sampling: greedy, batch_sizes: [64], backends: [%s],\n           variants: {%s: [%s]}}\n' \
   "$BACKEND" "$BACKEND" "$VARIANT" > "$CFG/twin.yaml"
@@ -25,12 +26,13 @@ run() {  # NAME CONFIGFILES TARGETS...
   shift 2
   rm -f "$JOB" "$TWIN"
   # shellcheck disable=SC2086  # $cfgs is a list of files
-  $SNAKEMAKE "$@" --cores all --resources gpu=2 --config profile=gpu --configfile $cfgs "${EXTRA[@]}"
+  $SNAKEMAKE "$@" "${EXTRA[@]}" --cores all --resources gpu=2 --config profile=gpu --configfile $cfgs
   mkdir -p "$OUT/$name"
   for f in "$@"; do
-    local case_=$(basename "$(dirname "$f")")
+    local case_ log
+    case_=$(basename "$(dirname "$f")")
     cp "$f" "$OUT/$name/$case_.json"
-    local log=${f/results\/generate/results/logs/generate}
+    log=${f/results\/generate/results/logs/generate}
     cp "${log%.json}.log" "$OUT/$name/$case_.log"
   done
 }
