@@ -33,6 +33,8 @@ def test_generation_charts_show_whole_labels_and_a_shape_per_case():
         assert enc["shape"]["field"] == "case" and enc["shape"]["legend"]["labelLimit"] == 0
         # one case legend: the line's dash draws no second legend of identical symbols
         assert enc.get("strokeDash", {}).get("legend", None) is None
+    # a log-2 batch axis ticks the batch sizes run, not 4.5 or 7.5
+    assert encoding(render.tps_vs_batch(summary()))["x"]["axis"]["values"] == [8, 16, 64]
 
 
 def test_step_time_panel_is_log_scaled():

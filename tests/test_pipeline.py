@@ -153,7 +153,7 @@ def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):
 
 def _report_entries(html: str) -> dict:
     """The report's results, as Snakemake embeds them: {path: {filename, caption (HTML), ...}}."""
-    start = html.index("var results = ") + len("var results = ")
+    start = html.index("var results = ", html.index('<script id="results">')) + len("var results = ")
     return json.JSONDecoder().raw_decode(html, start)[0]
 
 

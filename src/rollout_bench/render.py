@@ -96,7 +96,8 @@ def tps_vs_batch(df: pd.DataFrame) -> alt.Chart:
     # most cases run one batch size, so they show as points: the case needs a shape, not only a dash
     # (the shape's legend is the case legend; a second one for the dash would show one symbol for all)
     return (alt.Chart(ok).mark_line(point=True)
-            .encode(x=alt.X("batch_size:Q", scale=alt.Scale(type="log", base=2), title="batch (sequences)"),
+            .encode(x=alt.X("batch_size:Q", scale=alt.Scale(type="log", base=2), title="batch (sequences)",
+                             axis=alt.Axis(values=sorted(ok.batch_size.unique().tolist()))),  # no 4.5 ticks
                     y=alt.Y("decode_tps:Q", title="decode tok/s"), color=alt.Color("engine:N", legend=LEGEND),
                     strokeDash=alt.StrokeDash("case:N", legend=None), shape=alt.Shape("case:N", legend=LEGEND),
                     tooltip=["engine", "case", "batch_size", "decode_tps", "peak_alloc_gb"])
