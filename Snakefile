@@ -1,4 +1,4 @@
-# rollout-bench: which rollout engine should a GRPO run use?  See README.md and ../shared/DESIGN.md.
+# rollout-bench: which rollout engine should a GRPO run use?  See README.md and docs/design.md.
 from snakemake.utils import min_version
 
 min_version("9.0")

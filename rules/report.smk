@@ -25,9 +25,11 @@ rule render_generate:
         batch_html=report("results/charts/tps_vs_batch.html", caption="../workflow/report/tps_vs_batch.rst",
                           category="Generation"),
         batch_svg="results/charts/tps_vs_batch.svg",
+        batch_png="results/charts/tps_vs_batch.png",  # written beside the SVG
         mem_html=report("results/charts/tps_vs_memory.html", caption="../workflow/report/tps_vs_memory.rst",
                         category="Generation"),
         mem_svg="results/charts/tps_vs_memory.svg",
+        mem_png="results/charts/tps_vs_memory.png",
     params:
         reference=CFG["reference_backend"],
         versus=",".join(CFG["versus"]),

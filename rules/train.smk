@@ -61,6 +61,7 @@ rule render_train:
         chart_html=report("results/charts/train_steps.html", caption="../workflow/report/train_steps.rst",
                           category="Training"),
         chart_svg="results/charts/train_steps.svg",
+        chart_png="results/charts/train_steps.png",  # written beside the SVG
     log:
         "results/logs/report/render_train.log",
     conda:

@@ -1,6 +1,7 @@
 """A real Snakemake run of the embedded CPU default, then caching, lint and bad-input checks on it."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import ROOT
+from .test_charts import REMOTE_SCRIPT
 
 pytestmark = pytest.mark.slow
 TREE = ["Snakefile", "rules", "workflow", "config", "src", "profiles", "envs"]
@@ -66,9 +68,12 @@ def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
     table = (workdir / "results/tables/generate.md").read_text()
     assert "| hf_generate | default |" in table and "skipped" in table
     assert "### flex / vllm" in table and "| qwen3-tiny | greedy | 0 | greedy | 1 | 4 |" in table
-    for chart in ("tps_vs_batch", "tps_vs_memory"):
+    for chart in ("tps_vs_batch", "tps_vs_memory", "train_steps"):
         assert (workdir / f"results/charts/{chart}.svg").read_text().lstrip().startswith("<svg")
-        assert "vega" in (workdir / f"results/charts/{chart}.html").read_text()
+        assert (workdir / f"results/charts/{chart}.png").read_bytes().startswith(b"\x89PNG")
+    for html in (workdir / "results/charts").glob("*.html"):  # offline hosts: vega inlined, nothing fetched
+        text = html.read_text()
+        assert "vegaEmbed" in text and not REMOTE_SCRIPT.search(text), html.name
 
 
 def test_second_run_has_nothing_to_do(workdir):
@@ -86,8 +91,8 @@ def test_editing_one_backend_reruns_only_its_jobs(workdir):
     gen = [p for p in todo if p.startswith("results/generate/")]
     assert gen and all("/hf_generate/" in p for p in gen), gen
     assert set(todo) - set(gen) <= {"results/summary/generate.csv", "results/tables/generate.md",
-                                    "results/charts/tps_vs_batch.html", "results/charts/tps_vs_batch.svg",
-                                    "results/charts/tps_vs_memory.html", "results/charts/tps_vs_memory.svg"}
+                                    *(f"results/charts/tps_vs_{c}.{x}" for c in ("batch", "memory")
+                                      for x in ("html", "svg", "png"))}
     snakemake(workdir, "--cores", "2")
 
 
@@ -95,11 +100,10 @@ def test_editing_render_code_reruns_only_rendering(workdir):
     _edit(workdir / "src/rollout_bench/render.py")
     todo = pending(workdir)
     # grpo/report.py imports render.py's save_chart: the training tables and charts are rendering too
-    assert todo == sorted(["results/tables/generate.md", "results/charts/tps_vs_batch.html",
-                           "results/charts/tps_vs_batch.svg", "results/charts/tps_vs_memory.html",
-                           "results/charts/tps_vs_memory.svg", "results/tables/train.md",
-                           "results/tables/equivalence.md", "results/charts/train_steps.html",
-                           "results/charts/train_steps.svg"]), todo
+    charts = [f"results/charts/{c}.{x}" for c in ("tps_vs_batch", "tps_vs_memory", "train_steps")
+              for x in ("html", "svg", "png")]
+    assert todo == sorted(["results/tables/generate.md", "results/tables/train.md",
+                           "results/tables/equivalence.md", *charts]), todo
     snakemake(workdir, "--cores", "2")
 
 
@@ -147,9 +151,28 @@ def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):
     assert (workdir / "results/generate/qwen3-tiny/hf_generate/default/greedy/bs4.json").exists()
 
 
-def test_report_bundles_tables_and_charts_with_captions(workdir):
+def _report_entries(html: str) -> dict:
+    """The report's results, as Snakemake embeds them: {path: {filename, caption (HTML), ...}}."""
+    start = html.index("var results = ", html.index('<script id="results">')) + len("var results = ")
+    return json.JSONDecoder().raw_decode(html, start)[0]
+
+
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", text).split())
+
+
+def test_report_bundles_every_table_and_chart_with_its_caption(workdir):
     snakemake(workdir, "--report", "report.html")
-    html = (workdir / "report.html").read_text(errors="replace")
-    for item in ("generate.md", "tps_vs_batch.html", "tps_vs_memory.html", "equivalence.md", "train_steps.html"):
-        assert item in html, item
-    assert "Decode throughput per backend" in html  # a caption from workflow/report/
+    entries = _report_entries((workdir / "report.html").read_text())
+    captions = {Path(p).name: _words(e["caption"]) for p, e in entries.items()}
+    # every table, and every chart (its self-contained HTML; the SVG and PNG are the same picture)
+    made = {p.name for p in (workdir / "results/tables").glob("*.md")} | {
+        p.name for p in (workdir / "results/charts").glob("*.html")}
+    assert made == {"generate.md", "train.md", "equivalence.md", "tps_vs_batch.html", "tps_vs_memory.html",
+                    "train_steps.html"}
+    assert made <= set(captions), made - set(captions)
+    # each caption file is one entry's caption
+    rst = {p.name: _words(p.read_text()) for p in (workdir / "workflow/report").glob("*.rst")}
+    for name, text in rst.items():
+        assert any(text[:60] in c for c in captions.values()), name
+    assert all(captions[name] for name in made)

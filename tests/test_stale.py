@@ -50,10 +50,11 @@ def _edit_then_pending(d, module: str) -> list[str]:
         os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-GEN_REPORT = {"results/summary/generate.csv", "results/tables/generate.md", "results/charts/tps_vs_batch.html",
-              "results/charts/tps_vs_batch.svg", "results/charts/tps_vs_memory.html", "results/charts/tps_vs_memory.svg"}
-TRAIN_REPORT = {"results/tables/train.md", "results/tables/equivalence.md", "results/charts/train_steps.html",
-                "results/charts/train_steps.svg"}
+CHART = ("html", "svg", "png")
+GEN_REPORT = {"results/summary/generate.csv", "results/tables/generate.md",
+              *(f"results/charts/tps_vs_{c}.{x}" for c in ("batch", "memory") for x in CHART)}
+TRAIN_REPORT = {"results/tables/train.md", "results/tables/equivalence.md",
+                *(f"results/charts/train_steps.{x}" for x in CHART)}
 
 
 def test_editing_a_module_cb_sync_imports_reruns_cb_sync(tree):

@@ -12,7 +12,7 @@ def publish(name: str, command: str, config_path: str, results: str = "results")
     with atomic.directory(dest) as tmp:
         for sub in ("generate", "train", "compare", "autotune", "summary", "tables", "charts", "logs", "benchmarks"):
             for f in sorted((src / sub).rglob("*")) if (src / sub).exists() else []:
-                if f.is_file() and f.suffix in (".json", ".csv", ".md", ".html", ".svg", ".log", ".tsv"):
+                if f.is_file() and f.suffix in (".json", ".csv", ".md", ".html", ".svg", ".png", ".log", ".tsv"):
                     target = tmp / f.relative_to(src)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(f, target)

@@ -1,4 +1,6 @@
-"""Summary CSV -> markdown tables and altair charts (HTML + SVG)."""
+"""Summary CSV -> markdown tables and altair charts (self-contained HTML, SVG and PNG)."""
+from pathlib import Path
+
 import altair as alt
 import pandas as pd
 
@@ -85,12 +87,20 @@ def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Vega-Lite cuts legend labels at 160 px ("transformers_cb/paged_sdp…"); 0 lifts the limit.
+LEGEND = alt.Legend(labelLimit=0, titleLimit=0)
+
+
 def tps_vs_batch(df: pd.DataFrame) -> alt.Chart:
     ok = df[df.status == "ok"].assign(engine=lambda d: d.backend + "/" + d.variant)
+    # most cases run one batch size, so they show as points: the case needs a shape, not only a dash
+    # (the shape's legend is the case legend; a second one for the dash would show one symbol for all)
     return (alt.Chart(ok).mark_line(point=True)
-            .encode(x=alt.X("batch_size:Q", scale=alt.Scale(type="log", base=2), title="batch (sequences)"),
-                    y=alt.Y("decode_tps:Q", title="decode tok/s"), color="engine:N",
-                    strokeDash="case:N", tooltip=["engine", "case", "batch_size", "decode_tps", "peak_alloc_gb"])
+            .encode(x=alt.X("batch_size:Q", scale=alt.Scale(type="log", base=2), title="batch (sequences)",
+                             axis=alt.Axis(values=sorted(ok.batch_size.unique().tolist()))),  # no 4.5 ticks
+                    y=alt.Y("decode_tps:Q", title="decode tok/s"), color=alt.Color("engine:N", legend=LEGEND),
+                    strokeDash=alt.StrokeDash("case:N", legend=None), shape=alt.Shape("case:N", legend=LEGEND),
+                    tooltip=["engine", "case", "batch_size", "decode_tps", "peak_alloc_gb"])
             .facet(column="model:N").properties(title="Decode throughput vs batch size"))
 
 
@@ -98,17 +108,30 @@ def tps_vs_memory(df: pd.DataFrame) -> alt.Chart:
     ok = df[df.status == "ok"].assign(engine=lambda d: d.backend + "/" + d.variant, peak_gb=_peak_gb)
     return (alt.Chart(ok).mark_point(filled=True, size=80)
             .encode(x=alt.X("peak_gb:Q", title="peak GPU memory GB (reserved where the engine reports it)"),
-                    y=alt.Y("decode_tps:Q", title="decode tok/s"), color="engine:N", shape="case:N",
+                    y=alt.Y("decode_tps:Q", title="decode tok/s"), color=alt.Color("engine:N", legend=LEGEND),
+                    shape=alt.Shape("case:N", legend=LEGEND),
                     tooltip=["engine", "case", "batch_size", "decode_tps", "peak_gb"])
             .facet(column="model:N").properties(title="Throughput vs peak memory"))
 
 
 def save_chart(chart: alt.Chart, html_out, svg_out) -> None:
-    atomic.write_text(html_out, chart.to_html())
-    atomic.write_text(svg_out, _svg(chart))
-
-
-def _svg(chart: alt.Chart) -> str:
+    """HTML with vega inlined (the GPU hosts are offline, where a CDN script leaves a blank page), SVG, and
+    a PNG beside the SVG for places that show no SVG."""
     import vl_convert as vlc
 
-    return vlc.vegalite_to_svg(chart.to_dict())
+    spec = chart.to_dict()
+    atomic.write_text(html_out, chart.to_html(inline=True))
+    atomic.write_text(svg_out, vlc.vegalite_to_svg(spec))
+    _write_bytes(png_path(svg_out), vlc.vegalite_to_png(spec, scale=2))
+
+
+def png_path(svg_out) -> Path:
+    return Path(svg_out).with_suffix(".png")
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    # write-then-rename, here rather than in atomic.py: every job imports atomic.py, so an edit there
+    # would rerun every GPU job
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)

@@ -1,4 +1,4 @@
-"""The stats contract (DESIGN.md section 3): build, validate, write atomically."""
+"""The stats contract (docs/design.md §4): build, validate, write atomically."""
 import datetime as _dt
 import json
 import time

@@ -1,4 +1,4 @@
-"""Generation backends, one module each (DESIGN.md section 1).
+"""Generation backends, one module each (docs/design.md §5; adding one: §12).
 
 A backend module provides:
     REQUIRES: tuple[str, ...]   distributions it imports (their versions key the skip re-check)

@@ -1,4 +1,4 @@
-"""The flex rollout engine (DESIGN.md section 4): paged KV, flex_attention, CUDA graphs, GPU sampling."""
+"""The flex rollout engine (docs/design.md §6): paged KV, flex_attention, CUDA graphs, GPU sampling."""
 from .config import EngineConfig
 from .engine import Engine
 from .sequence import Completion

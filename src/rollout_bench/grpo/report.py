@@ -5,7 +5,7 @@ import altair as alt
 import pandas as pd
 
 from .. import stats
-from ..render import save_chart  # noqa: F401  (HTML + SVG, atomically; re-exported for the CLI)
+from ..render import LEGEND, save_chart  # noqa: F401  (save_chart: HTML, SVG and PNG, re-exported for the CLI)
 from .phases import PHASES
 
 EQUIVALENCE_CAPTION = (
@@ -124,10 +124,16 @@ def trajectory_frame(stats_paths) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "backend", "step", "metric", "value"])
 
 
+# step times span 3 s (flex, vLLM) to 60 s (HF generate): on a linear axis the fast ones share one line
+LOG_SCALE = {"step_wall_s"}
+
+
 def trajectory_chart(df: pd.DataFrame, metric: str) -> alt.Chart:
+    scale = alt.Scale(type="log") if metric in LOG_SCALE else alt.Undefined
     return (alt.Chart(df[df.metric == metric]).mark_line(point=True)
-            .encode(x=alt.X("step:Q", title="optimizer step"), y=alt.Y("value:Q", title=CHART_METRICS[metric]),
-                    color="backend:N", tooltip=["backend", "step", "value"])
+            .encode(x=alt.X("step:Q", title="optimizer step"),
+                    y=alt.Y("value:Q", title=CHART_METRICS[metric], scale=scale),
+                    color=alt.Color("backend:N", legend=LEGEND), tooltip=["backend", "step", "value"])
             .properties(width=260, height=180, title=CHART_METRICS[metric]))
 
 

@@ -1,0 +1,52 @@
+"""The design lives in the repo: docs/design.md exists and is what the code points to, and the README's
+layout reaches every folder, module, rule, backend and engine concept in one hop."""
+import re
+import subprocess
+
+from rollout_bench import backends
+from rollout_bench.grpo import availability
+
+from .conftest import ROOT
+
+PKG = ROOT / "src/rollout_bench"
+OLD_BRIEF = "DESIGN" + ".md"  # the original brief, outside the repo (spelt apart so this file is no hit)
+
+
+def layout() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme[readme.index("## Layout\n"):].split("\n## ", 1)[0]
+
+
+def test_references_point_to_the_repos_own_design_doc():
+    assert (ROOT / "docs/design.md").is_file()
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    stale = [f for f in tracked if not f.startswith("results/published/") and (ROOT / f).is_file()
+             and OLD_BRIEF in (ROOT / f).read_text(errors="replace")]
+    assert stale == []
+    design = (ROOT / "docs/design.md").read_text()
+    cited = {int(n) for f in tracked if f.endswith((".py", ".smk", ".json", ".md")) and (ROOT / f).is_file()
+             for n in re.findall(r"docs/design\.md §(\d+)", (ROOT / f).read_text(errors="replace"))}
+    assert cited and all(f"\n## {n}. " in design for n in cited)
+
+
+def test_readme_layout_reaches_every_folder_module_rule_and_backend():
+    text = layout()
+    assert "docs/design.md" in text
+    for d in ("rules", "workflow/schemas", "workflow/report", "workflow/scripts", "config", "profiles", "envs",
+              "docs", "results", "tests"):
+        assert f"`{d}/" in text, d
+    for p in sorted(PKG.iterdir()):
+        if p.name.startswith("__") and p.name != "__main__.py" or p.name == "__pycache__":
+            continue
+        assert f"`{p.name}/`" in text if p.is_dir() else f"`{p.name}`" in text, p.name
+    for sub in ("assets", "engine", "grpo", "backends"):
+        for m in (PKG / sub).glob("*.py"):
+            if m.stem != "__init__":
+                assert f"`{m.stem}`" in text or f"`{sub}/{m.name}`" in text, f"{sub}/{m.name}"
+    assert "`models/`" in text  # engine/models: the per-architecture attention pieces
+    rules = re.findall(r"^rule (\w+):", "".join(p.read_text() for p in [ROOT / "Snakefile", *ROOT.glob("rules/*.smk")]),
+                       re.M)
+    for rule in set(rules) - {"all"}:
+        assert f"`{rule}`" in text, rule
+    for name in set(backends.NAMES) | set(availability.NAMES):
+        assert f"`{name}`" in text, name
