@@ -17,7 +17,7 @@ from . import chat, warm_card, warm_eval
 
 @dataclass(frozen=True)
 class SFTSpec:
-    steps: int = 80
+    steps: int = 150
     learning_rate: float = 1e-2
     batch_size: int = 8
     max_length: int = 320  # prompt + completion tokens; longer rows are left out, not cut (a cut row has no eos)
