@@ -90,8 +90,8 @@ def build(model_dir, dataset_dir, out_dir, spec: SFTSpec, eval_spec: warm_eval.E
     with atomic.directory(out_dir) as tmp:
         model, tok, info = train(model_dir, train_rows, spec, Path(tmp) / "_trainer")
         shutil.rmtree(Path(tmp) / "_trainer", ignore_errors=True)
-        dtype = json.loads((Path(model_dir) / "config.json").read_text()).get("dtype") or \
-            json.loads((Path(model_dir) / "config.json").read_text()).get("torch_dtype", "float32")
+        base_cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        dtype = base_cfg.get("dtype") or base_cfg.get("torch_dtype", "float32")
         model.to(getattr(torch, dtype)).save_pretrained(tmp)  # the random model's dtype, as backends expect
         tok.save_pretrained(tmp)
         figures = warm_eval.evaluate(tmp, test_rows, eval_spec)
