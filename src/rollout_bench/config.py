@@ -137,7 +137,7 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
     cfg["models"] = [os.path.expanduser(m) for m in cfg["models"]]
     cfg["dataset"]["source"] = os.path.expanduser(cfg["dataset"]["source"])
     tr = cfg["train"]
-    tr["models"] = [os.path.expanduser(m) for m in tr["models"]] if tr["models"] else cfg["models"]
+    tr["models"] = [warm_name(m) if tr["warm"] else m for m in cfg["models"]]
     tr["dataset"] = os.path.expanduser(tr["dataset"]) if tr["dataset"] else cfg["dataset"]["source"]
     return cfg
 
@@ -148,11 +148,6 @@ def _check(cfg: dict) -> None:
             model_assets.resolve(m)
         except ValueError as e:
             raise ConfigError(f"config error at models: {e}") from None
-    for i, m in enumerate(cfg["train"]["models"] or []):
-        try:
-            model_assets.resolve(m)
-        except ValueError as e:
-            raise ConfigError(f"config error at train.models[{i}]: {e}") from None
     for field, source in (("dataset.source", cfg["dataset"]["source"]), ("train.dataset", cfg["train"]["dataset"])):
         if source is None:
             continue
@@ -194,6 +189,11 @@ def _check(cfg: dict) -> None:
     if cfg["reference_backend"] not in cfg["backends"]:
         raise ConfigError(f"config error at reference_backend: {cfg['reference_backend']!r} is not in backends "
                           f"{cfg['backends']} (add it there or pick one of them)")
+
+
+def warm_name(model: str) -> str:
+    """The warm start of a config-named model (`<name>-warm`); any other model trains as it is."""
+    return model + model_assets.WARM if model_assets.resolve(model) == "config" else model
 
 
 def load(path) -> dict:
