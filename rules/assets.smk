@@ -33,7 +33,27 @@ rule dataset:
         "python -m rollout_bench assets dataset --out {output} --n {params.n} --seed {params.seed} > {log} 2>&1"
 
 
+rule learnable_dataset:
+    input:
+        code=code("assets.learnable"),
+    output:
+        directory("results/assets/dataset-learnable"),
+    params:
+        n=CFG["warmstart"]["n_train"],
+        n_test=CFG["warmstart"]["n_test"],
+        seed=CFG["warmstart"]["data_seed"],
+    log:
+        "results/logs/assets/dataset-learnable.log",
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "python -m rollout_bench assets learnable --out {output} --n {params.n} --n-test {params.n_test} "
+        "--seed {params.seed} > {log} 2>&1"
+
+
 rule model:
+    wildcard_constraints:
+        model=CONFIG_NAMES,
     input:
         config="config/models/{model}.json",
         tokenizer="results/assets/tokenizer",
@@ -49,6 +69,33 @@ rule model:
     shell:
         "python -m rollout_bench assets model --config {input.config} --tokenizer {input.tokenizer} "
         "--seed {params.seed} --out {output} > {log} 2>&1"
+
+
+# SFT of a random-init model on the learnable task; fails, with the numbers, when card.json's gates are missed.
+rule warmstart:
+    wildcard_constraints:
+        model=CONFIG_NAMES,
+    input:
+        model="results/assets/models/{model}",
+        dataset="results/assets/dataset-learnable",
+        code=code("assets.warmstart", "gpu_lease"),
+    output:
+        directory("results/assets/models/{model}-warm"),
+    params:
+        spec=json.dumps(rb_config.warmstart_spec(CFG), sort_keys=True),
+    log:
+        "results/logs/assets/warmstart_{model}.log",
+    benchmark:
+        "results/benchmarks/assets/warmstart_{model}.tsv"
+    threads: GPU_JOB_THREADS
+    resources:
+        gpu=GPU_PER_JOB,
+    conda:
+        "../envs/core.yaml"
+    shell:
+        f"{LEASE}--pin '' -- "
+        "python -m rollout_bench assets warmstart --model {input.model} --dataset {input.dataset} "
+        "--spec {params.spec:q} --out {output} > {log} 2>&1"
 
 
 rule lora:

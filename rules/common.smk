@@ -1,5 +1,6 @@
 # Config resolution, job enumeration and the GPU budget check; logic lives in src/rollout_bench.
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -28,7 +29,9 @@ GEN_JOBS = rb_config.gen_jobs(CFG)
 GEN_STATS = [j.path for j in GEN_JOBS]
 TRAIN_STATS = [j.path for j in rb_config.train_jobs(CFG)]
 COMPARE_PATHS = rb_config.compare_paths(CFG)
-_BY_SLUG = {rb_config.model_slug(m): m for m in CFG["models"]}
+_BY_SLUG = {rb_config.model_slug(m): m for m in CFG["models"] + CFG["train"]["models"]}
+# config/models names: the random-init model dirs the `model` rule builds, and the bases `warmstart` starts from
+CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in rb_config.MODEL_CONFIGS_DIR.glob("*.json")))
 
 # Snakemake counts `gpu` but does not stop a GPU job from starting when --resources lacks it.
 _gpu_budget = workflow.global_resources.get("gpu")
@@ -70,24 +73,35 @@ def model_source(slug):
 
 
 def model_dir(slug):
-    """Where backends load the model from: the materialised dir, or the user's dir / hub id."""
+    """Where backends load the model from: the materialised (random or warm) dir, or the user's dir / hub id."""
     src = model_source(slug)
-    return f"results/assets/models/{slug}" if rb_config.model_assets.resolve(src) == "config" else src
+    return f"results/assets/models/{slug}" if rb_config.model_assets.resolve(src) in ("config", "warm") else src
 
 
 def model_input(wc):
     src = model_source(wc.model)
     kind = rb_config.model_assets.resolve(src)
-    return {"config": [f"results/assets/models/{wc.model}"], "dir": [src], "hub": []}[kind]
+    built = [f"results/assets/models/{wc.model}"]
+    return {"config": built, "warm": built, "dir": [src], "hub": []}[kind]
 
 
 def lora_dir(slug):
     return f"results/assets/lora/{slug}-r{CFG['lora']['rank']}"
 
 
-def dataset_dir():
-    src = CFG["dataset"]["source"]
-    return "results/assets/dataset" if src == "synthetic" else src
+# the dataset sources the pipeline builds itself
+BUILT_DATASETS = {"synthetic": "results/assets/dataset", "learnable": "results/assets/dataset-learnable"}
+
+
+def dataset_dir(source=None):
+    src = source or CFG["dataset"]["source"]
+    return BUILT_DATASETS.get(src, src)
+
+
+def dataset_input(source=None):
+    """The dataset dir as a job input when the pipeline builds it (a user's dir or hub id is not tracked)."""
+    src = source or CFG["dataset"]["source"]
+    return [BUILT_DATASETS[src]] if src in BUILT_DATASETS else []
 
 
 def job_workload(wc):

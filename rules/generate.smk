@@ -5,7 +5,7 @@ rule generate:
     input:
         model=model_input,
         adapter=lambda wc: [lora_dir(wc.model)] if job_workload(wc)["lora_rank"] else [],
-        dataset=lambda wc: [dataset_dir()] if CFG["dataset"]["source"] == "synthetic" else [],
+        dataset=lambda wc: dataset_input(),
         code=backend_sources,
         autotune=autotune_input,
     output:

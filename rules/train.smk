@@ -5,7 +5,7 @@ rule train:
     input:
         model=model_input,
         adapter=lambda wc: lora_dir(wc.model),
-        dataset=lambda wc: [dataset_dir()] if CFG["dataset"]["source"] == "synthetic" else [],
+        dataset=lambda wc: dataset_input(CFG["train"]["dataset"]),
         code=train_sources,
     output:
         "results/train/{model}/{backend}/steps{steps}.json",
@@ -14,7 +14,7 @@ rule train:
         probe=lambda wc: rb_grpo_availability.fingerprint(wc.backend),
         model_dir=lambda wc: model_dir(wc.model),
         adapter=lambda wc: lora_dir(wc.model),
-        dataset=dataset_dir(),
+        dataset=dataset_dir(CFG["train"]["dataset"]),
         pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
         max_wall=f"--max-wall-s {CFG['train']['max_wall_s']}" if CFG["train"]["max_wall_s"] else "",
     log:

@@ -1,4 +1,5 @@
 import copy
+import re
 
 import pytest
 import yaml
@@ -169,7 +170,8 @@ def test_user_keys_win_over_the_profile(raw):
     assert {j.model for j in config.gen_jobs(cfg)} == {"llama-tiny"}
     assert {j.steps for j in config.train_jobs(cfg)} == {1}
     # what the user did not set is still the profile's
-    assert cfg["workload"]["rounds"] == 2 and cfg["train"]["max_completion_length"] == 16
+    assert cfg["workload"]["rounds"] == 2 and cfg["train"]["max_completion_length"] == 96
+    assert cfg["train"]["models"] == ["llama-tiny-warm"]  # the profile's warm start follows the user's models
     assert config.resolve(raw)["workload"]["max_new_tokens"] == 32
 
 
@@ -211,3 +213,51 @@ def test_autotune_needs_tokens_to_time(raw):
     with pytest.raises(config.ConfigError, match="workload.max_new_tokens: 16 leaves nothing to time"):
         config.resolve(bad, {"workload": {"max_new_tokens": 16}})
     config.resolve({**raw, "profile": "cpu"}, {"workload": {"max_new_tokens": 16}})  # no autotune on CPU
+
+
+def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
+    cfg = config.resolve(raw)
+    assert cfg["train"]["warm"] and cfg["train"]["dataset"] == "learnable"
+    assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm"]
+    assert {j.model for j in config.train_jobs(cfg)} == {"qwen3-tiny-warm", "llama-tiny-warm"}
+    assert {j.model for j in config.gen_jobs(cfg)} == {"qwen3-tiny", "llama-tiny"}  # generation stays random
+    wl = config.train_workload(cfg, "qwen3-tiny-warm", "hf_generate")
+    assert wl["dataset"] == "learnable" and wl["dtype"] == "float32" and wl["sampling"]["temperature"] == 1.0
+    assert all(p.startswith("results/compare/qwen3-tiny-warm/") or p.startswith("results/compare/llama-tiny-warm/")
+               for p in config.compare_paths(cfg))
+    spec = config.warmstart_spec(cfg)
+    assert spec["gates"]["accuracy_band"] is None and spec["gates"]["eos_rate"] == 0.95  # not gated on CPU
+    assert spec["sft"]["steps"] > 0 and spec["eval"]["group_size"] == 8
+
+
+@pytest.mark.parametrize("profile", ["gpu", "smoke"])
+def test_gpu_profiles_train_what_they_generate_with(raw, profile):
+    cfg = resolve_with(raw, profile=profile)
+    assert not cfg["train"]["warm"] and cfg["train"]["models"] == cfg["models"] and cfg["train"]["dataset"] == "synthetic"
+    assert config.warmstart_spec(cfg)["gates"]["accuracy_band"] == [0.15, 0.70]
+    assert config.train_workload(cfg, cfg["models"][0], "flex")["dataset"] == "synthetic"
+
+
+def test_warm_model_names(raw):
+    from rollout_bench.assets import model as model_assets
+
+    assert model_assets.resolve("qwen3-4b-warm") == "warm" and model_assets.warm_base("qwen3-4b-warm") == "qwen3-4b"
+    assert model_assets.warm_base("qwen3-4b") is None and model_assets.warm_base("nope-warm") is None
+    assert config.workload_dtype(resolve_with(raw, profile="gpu"), "qwen3-4b-warm") == "bfloat16"
+    cfg = resolve_with(raw, profiles__cpu__models=["qwen3-tiny-warm", "llama-tiny"])
+    assert [j.model for j in config.gen_jobs(cfg)][:1] == ["qwen3-tiny-warm"]
+    assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm"]  # already warm: as it is
+
+
+@pytest.mark.parametrize("over,field,says", [
+    ({"profiles__cpu__models": ["qwen3-tiny-cold"]}, "models", "<name>-warm"),
+    ({"profiles__cpu__train__warm": "yes"}, "train.warm", "boolean"),
+    ({"profiles__cpu__train__dataset": "./no/such/dir"}, "train.dataset", "no such directory"),
+    ({"warmstart__gates__eos_rate": 1.5}, "warmstart.gates.eos_rate", "eos"),
+    ({"warmstart__n_test": 100}, "warmstart.n_test", "minimum of 256"),
+    ({"warmstart__gates__accuracy_band": [0.2]}, "warmstart.gates.accuracy_band", "lo, hi"),
+    ({"warmstart__stepz": 3}, "warmstart", "unknown key"),
+])
+def test_bad_warm_start_keys_name_the_field(raw, over, field, says):
+    with pytest.raises(ConfigError, match=rf"at {re.escape(field)}[: ].*{re.escape(says)}"):
+        resolve_with(raw, **over)

@@ -76,6 +76,23 @@ def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
         assert "vegaEmbed" in text and not REMOTE_SCRIPT.search(text), html.name
 
 
+def test_default_grpo_runs_on_gated_warm_starts_with_reward_spread(workdir):
+    from rollout_bench import config, stats
+    from rollout_bench.assets import warm_card
+
+    cfg = config.load(workdir / "config/config.yaml")
+    for m in ("qwen3-tiny", "llama-tiny"):
+        card = warm_card.read(workdir / f"results/assets/models/{m}-warm")
+        assert card["passed"] and card["figures"]["n_prompts"] >= 256
+    stds = {}
+    for j in config.train_jobs(cfg):
+        rec = stats.load(workdir / j.path)
+        assert rec["status"] == "ok" and rec["workload"]["dataset"] == "learnable"
+        stds.setdefault(j.model, []).extend(s["reward_std"] for s in rec["steps"])
+    # a random model scores every completion alike (std 0 at every step); the warm starts do not
+    assert set(stds) == {"qwen3-tiny-warm", "llama-tiny-warm"} and all(max(v) > 0 for v in stds.values()), stds
+
+
 def test_second_run_has_nothing_to_do(workdir):
     r = snakemake(workdir, "-n", "--cores", "2")
     assert "Nothing to be done" in r.stdout + r.stderr

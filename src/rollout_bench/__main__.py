@@ -14,6 +14,12 @@ def _assets(a):
     elif a.what == "model":
         from .assets import model
         model.build(a.config, a.out, a.tokenizer, a.seed)
+    elif a.what == "learnable":
+        from .assets import learnable
+        learnable.build(a.out, a.n, a.n_test, a.seed)
+    elif a.what == "warmstart":
+        from .assets import warmstart
+        warmstart.build(a.model, a.dataset, a.out, *warmstart.specs(json.loads(a.spec)))
     elif a.what == "lora":
         from .assets import lora
         lora.build(a.model, a.out, a.rank, a.alpha, a.targets.split(","), a.init_std, a.seed)
@@ -73,14 +79,17 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("assets", help="build an offline asset")
-    p.add_argument("what", choices=["tokenizer", "dataset", "model", "lora"])
+    p.add_argument("what", choices=["tokenizer", "dataset", "learnable", "model", "warmstart", "lora"])
     p.add_argument("--out", required=True)
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--config", help="model config JSON")
     p.add_argument("--tokenizer", help="tokenizer dir copied into the model dir")
-    p.add_argument("--model", help="model dir (lora)")
+    p.add_argument("--n-test", type=int, default=256, help="held-out problems (learnable)")
+    p.add_argument("--model", help="model dir (lora, warmstart)")
+    p.add_argument("--dataset", help="learnable dataset dir (warmstart)")
+    p.add_argument("--spec", help="config.warmstart_spec JSON (warmstart)")
     p.add_argument("--rank", type=int, default=32)
     p.add_argument("--alpha", type=int, default=64)
     p.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
@@ -126,10 +135,11 @@ def main(argv=None):
     grpo_cli.add_commands(sub)
 
     a = ap.parse_args(argv)
+    from .assets.warm_card import GateError
     from .config import ConfigError
     try:
         a.fn(a)
-    except ConfigError as e:  # one clear line on stderr, non-zero exit, no output written
+    except (ConfigError, GateError) as e:  # one clear line on stderr, non-zero exit, no output written
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

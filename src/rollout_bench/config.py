@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from . import MODEL_CONFIGS as MODEL_CONFIGS_DIR
 from . import ROOT, SCHEMAS, backends, envinfo
 from .assets import dataset as dataset_assets
 from .assets import model as model_assets
@@ -139,6 +140,9 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
     # jobs and snakemake's inputs take paths as given: nothing would expand a ~ for them
     cfg["models"] = [os.path.expanduser(m) for m in cfg["models"]]
     cfg["dataset"]["source"] = os.path.expanduser(cfg["dataset"]["source"])
+    tr = cfg["train"]
+    tr["models"] = [warm_name(m) if tr["warm"] else m for m in cfg["models"]]
+    tr["dataset"] = os.path.expanduser(tr["dataset"]) if tr["dataset"] else cfg["dataset"]["source"]
     return cfg
 
 
@@ -161,10 +165,13 @@ def _check(cfg: dict) -> None:
             model_assets.resolve(m)
         except ValueError as e:
             raise ConfigError(f"config error at models: {e}") from None
-    try:
-        dataset_assets.resolve(cfg["dataset"]["source"])
-    except ValueError as e:
-        raise ConfigError(f"config error at dataset.source: {e}") from None
+    for field, source in (("dataset.source", cfg["dataset"]["source"]), ("train.dataset", cfg["train"]["dataset"])):
+        if source is None:
+            continue
+        try:
+            dataset_assets.resolve(source)
+        except ValueError as e:
+            raise ConfigError(f"config error at {field}: {e}") from None
     lo, hi = cfg["workload"]["prompt_tokens"]
     if lo > hi:
         raise ConfigError(f"config error at workload.prompt_tokens: [{lo}, {hi}] has min > max "
@@ -199,6 +206,11 @@ def _check(cfg: dict) -> None:
     if cfg["reference_backend"] not in cfg["backends"]:
         raise ConfigError(f"config error at reference_backend: {cfg['reference_backend']!r} is not in backends "
                           f"{cfg['backends']} (add it there or pick one of them)")
+
+
+def warm_name(model: str) -> str:
+    """The warm start of a config-named model (`<name>-warm`); any other model trains as it is."""
+    return model + model_assets.WARM if model_assets.resolve(model) == "config" else model
 
 
 def load(path) -> dict:
@@ -290,13 +302,13 @@ class TrainJob:
 
 
 def train_jobs(cfg: dict) -> list[TrainJob]:
-    return [TrainJob(m, b, cfg["train"]["steps"]) for m in cfg["models"] for b in cfg["train_backends"]]
+    return [TrainJob(m, b, cfg["train"]["steps"]) for m in cfg["train"]["models"] for b in cfg["train_backends"]]
 
 
 def compare_paths(cfg: dict) -> list[str]:
     ref = cfg["train"]["reference"]
     return [f"results/compare/{model_slug(m)}/{ref}__{b}.json"
-            for m in cfg["models"] for b in cfg["train_backends"] if b != ref]
+            for m in cfg["train"]["models"] for b in cfg["train_backends"] if b != ref]
 
 
 def train_workload(cfg: dict, model: str, backend: str) -> dict:
@@ -314,7 +326,7 @@ def train_workload(cfg: dict, model: str, backend: str) -> dict:
         "ignore_eos": False,
         "max_new_tokens": tr["max_completion_length"],
         "optim": tr["optim"],
-        "dataset": cfg["dataset"]["source"],
+        "dataset": tr["dataset"],
         "device": "cuda" if gpu else "cpu",
         "dtype": dtype,
         "options": tr["options"].get(backend, {}),
@@ -326,6 +338,15 @@ def autotune_workload(cfg: dict, model: str) -> dict:
     wl = cfg["workload"]
     return {"prompt_tokens": wl["prompt_tokens"], "max_new_tokens": wl["max_new_tokens"],
             "dtype": workload_dtype(cfg, model)}
+
+
+def warmstart_spec(cfg: dict) -> dict:
+    """The warmstart job's knobs (assets.warmstart.specs reads them): the accuracy band on GPU profiles only."""
+    ws = copy.deepcopy(cfg["warmstart"])
+    gates = ws.pop("gates")
+    return {"sft": {k: ws[k] for k in ("steps", "learning_rate", "batch_size", "max_length", "seed")},
+            "eval": {k: ws[k] for k in ("max_new_tokens", "group_prompts", "group_size")},
+            "gates": {**gates, "accuracy_band": gates["accuracy_band"] if uses_gpu(cfg) else None}}
 
 
 def uses_gpu(cfg: dict) -> bool:
@@ -344,7 +365,7 @@ def workload_dtype(cfg: dict, model: str) -> str:
 def _model_dtype(model: str) -> str:
     from . import MODEL_CONFIGS
 
-    p = MODEL_CONFIGS / f"{model}.json"
+    p = MODEL_CONFIGS / f"{model_assets.warm_base(model) or model}.json"
     if p.exists():
         return json.loads(p.read_text()).get("torch_dtype", "bfloat16")
     return "bfloat16"

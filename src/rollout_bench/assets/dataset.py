@@ -91,12 +91,12 @@ COLUMNS = {"prompt", "solution"}
 
 
 def resolve(source: str) -> str:
-    """The kind of source: synthetic, dir (a local DAPO-schema directory) or hub; a path must be a usable dir.
+    """The kind of source: synthetic, learnable, dir (a local DAPO-schema directory) or hub; a path must be a usable dir.
 
     Checked when the config is read: otherwise every job fails on it, after loading its model.
     """
-    if source == "synthetic":
-        return "synthetic"
+    if source in ("synthetic", "learnable"):  # built by the pipeline (assets.learnable for the latter)
+        return source
     local = paths.local(source)
     if local is None:
         return "hub"

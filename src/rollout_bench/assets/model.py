@@ -36,8 +36,19 @@ NEEDS = {"config.json": ("config.json",),
                                                                                  "vocab.json", "vocab.txt")}
 
 
+WARM = "-warm"
+
+
+def warm_base(source: str) -> str | None:
+    """The config name a `<name>-warm` source warm-starts from (assets.warmstart), else None."""
+    from .. import MODEL_CONFIGS
+
+    base = source[:-len(WARM)] if source.endswith(WARM) else None
+    return base if base and (MODEL_CONFIGS / f"{base}.json").exists() else None
+
+
 def resolve(source: str) -> str:
-    """A name of config/models/*.json, a local model directory, or a hub id (loaded as is).
+    """A name of config/models/*.json, such a name + `-warm`, a local model directory, or a hub id (as is).
 
     A path-like source (/, ./, ../, ~) must be a model directory: taken as a hub id, every job would
     fail on its model load with transformers' repo-id message instead.
@@ -46,6 +57,8 @@ def resolve(source: str) -> str:
 
     if (MODEL_CONFIGS / f"{source}.json").exists():
         return "config"
+    if warm_base(source) is not None and paths.local(source) is None:
+        return "warm"
     local = paths.local(source)
     if local is not None:
         if not local.is_dir():
@@ -61,4 +74,4 @@ def resolve(source: str) -> str:
         return "hub"
     known = ", ".join(sorted(p.stem for p in MODEL_CONFIGS.glob("*.json")))
     raise ValueError(f"model {source!r}: no config/models/{source}.json, no such directory, not a hub id "
-                     f"(owner/name); known configs: {known}")
+                     f"(owner/name); known configs: {known} (each also as <name>{WARM}: its warm start)")
