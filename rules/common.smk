@@ -31,12 +31,13 @@ TRAIN_STATS = [j.path for j in rb_config.train_jobs(CFG)]
 COMPARE_PATHS = rb_config.compare_paths(CFG)
 _BY_SLUG = {rb_config.model_slug(m): m for m in CFG["models"] + CFG["train"]["models"]}
 # config/models names: the random-init model dirs the `model` rule builds, and the bases `warmstart` starts from
-CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in rb_config.MODEL_CONFIGS_DIR.glob("*.json")))
+CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in rb_config.MODEL_CONFIGS.glob("*.json")))
 
 # Snakemake counts `gpu` but does not stop a GPU job from starting when --resources lacks it.
 _gpu_budget = workflow.global_resources.get("gpu")
+_gpu_budget = getattr(_gpu_budget, "value", _gpu_budget)  # a Resource, or the bare number
 try:
-    rb_lease.check_budget(GPU_PER_JOB, getattr(_gpu_budget, "value", _gpu_budget),
+    rb_lease.check_budget(GPU_PER_JOB, _gpu_budget,
                           rb_lease.host_gpu_count(), CFG["gpu"]["jobs_per_gpu"])
 except rb_lease.LeaseError as e:
     raise WorkflowError(str(e)) from None
@@ -46,7 +47,7 @@ except WorkflowError:  # a dry run without --cores
     _cores = 1
 # Snakemake's share of --cores per GPU job, so that `--resources gpu=N` jobs are admitted at once; the
 # lease pins each job to its GPU's share of the host's CPUs (cpu_share.py), recorded in its stats.
-GPU_JOB_THREADS = max(1, _cores // max(1, getattr(_gpu_budget, "value", _gpu_budget) or 1)) if GPU_PER_JOB else 1
+GPU_JOB_THREADS = max(1, _cores // max(1, _gpu_budget or 1)) if GPU_PER_JOB else 1
 # every GPU job runs under the lease: its GPUs, its CPU share, its line in the lease log
 LEASE = (f"python -m rollout_bench.gpu_lease --gpus {{resources.gpu}} --lock-dir {CFG['gpu']['lock_dir']} "
          f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}"

@@ -8,12 +8,20 @@ from pathlib import Path
 
 
 def write_text(path, text: str) -> None:
+    _write(path, text, "w")
+
+
+def write_bytes(path, data: bytes) -> None:
+    _write(path, data, "wb")
+
+
+def _write(path, data, mode: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, mode) as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
             # mkstemp makes 0600 whatever the umask; results are shared like any file open() makes

@@ -10,8 +10,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import MODEL_CONFIGS as MODEL_CONFIGS_DIR
-from . import ROOT, SCHEMAS, backends, envinfo
+from . import MODEL_CONFIGS, ROOT, SCHEMAS, backends, envinfo
 from .assets import dataset as dataset_assets
 from .assets import model as model_assets
 from .workload import Sampling
@@ -363,8 +362,6 @@ def workload_dtype(cfg: dict, model: str) -> str:
 
 
 def _model_dtype(model: str) -> str:
-    from . import MODEL_CONFIGS
-
     p = MODEL_CONFIGS / f"{model_assets.warm_base(model) or model}.json"
     if p.exists():
         return json.loads(p.read_text()).get("torch_dtype", "bfloat16")

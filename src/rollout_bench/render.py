@@ -122,16 +122,8 @@ def save_chart(chart: alt.Chart, html_out, svg_out) -> None:
     spec = chart.to_dict()
     atomic.write_text(html_out, chart.to_html(inline=True))
     atomic.write_text(svg_out, vlc.vegalite_to_svg(spec))
-    _write_bytes(png_path(svg_out), vlc.vegalite_to_png(spec, scale=2))
+    atomic.write_bytes(png_path(svg_out), vlc.vegalite_to_png(spec, scale=2))
 
 
 def png_path(svg_out) -> Path:
     return Path(svg_out).with_suffix(".png")
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    # write-then-rename, here rather than in atomic.py: every job imports atomic.py, so an edit there
-    # would rerun every GPU job
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)

@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import atomic
 from . import paths
 
+COLUMNS = {"prompt", "solution"}  # the DAPO schema: problem text and answer
 INSTRUCTION = ("Solve the following math problem step by step. The last line of your response "
                "should be of the form Answer: $Answer (without quotes) where $Answer is the answer "
                "to the problem.\n\n")
@@ -78,16 +79,14 @@ def load(source: str, split: str = "train", config: str | None = None):
     import datasets
 
     ds = datasets.load_dataset(source, config, split=split) if config else datasets.load_dataset(source, split=split)
-    missing = {"prompt", "solution"} - set(ds.column_names)
+    missing = COLUMNS - set(ds.column_names)
     if missing:
-        raise ValueError(f"dataset {source!r} lacks column(s) {sorted(missing)}: the DAPO schema needs "
-                         f"'prompt' (problem text) and 'solution' (answer)")
+        raise ValueError(f"dataset {source!r} {_lacks(missing)}")
     return ds
 
 
 # Data files datasets.load_dataset(dir) reads, with what they can hold: a DAPO-schema train split
 DATA_FILES = (".parquet", ".jsonl", ".json", ".csv", ".arrow")
-COLUMNS = {"prompt", "solution"}
 
 
 def resolve(source: str) -> str:
@@ -113,10 +112,13 @@ def resolve(source: str) -> str:
     except (OSError, ValueError) as e:
         raise ValueError(f"dataset {source!r}: {files[0].relative_to(local)} is unreadable ({e})") from None
     if cols is not None and COLUMNS - cols:
-        raise ValueError(f"dataset {source!r}: {files[0].relative_to(local)} lacks column(s) "
-                         f"{sorted(COLUMNS - cols)}: the DAPO schema needs 'prompt' (problem text) and "
-                         f"'solution' (answer)")
+        raise ValueError(f"dataset {source!r}: {files[0].relative_to(local)} {_lacks(COLUMNS - cols)}")
     return "dir"
+
+
+def _lacks(missing: set[str]) -> str:
+    return (f"lacks column(s) {sorted(missing)}: the DAPO schema needs 'prompt' (problem text) and "
+            f"'solution' (answer)")
 
 
 def _columns(f: Path) -> set[str] | None:

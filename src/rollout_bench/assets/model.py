@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .. import atomic
+from .. import MODEL_CONFIGS, atomic
 from . import paths
 
 
@@ -41,8 +41,6 @@ WARM = "-warm"
 
 def warm_base(source: str) -> str | None:
     """The config name a `<name>-warm` source warm-starts from (assets.warmstart), else None."""
-    from .. import MODEL_CONFIGS
-
     base = source[:-len(WARM)] if source.endswith(WARM) else None
     return base if base and (MODEL_CONFIGS / f"{base}.json").exists() else None
 
@@ -53,13 +51,11 @@ def resolve(source: str) -> str:
     A path-like source (/, ./, ../, ~) must be a model directory: taken as a hub id, every job would
     fail on its model load with transformers' repo-id message instead.
     """
-    from .. import MODEL_CONFIGS
-
     if (MODEL_CONFIGS / f"{source}.json").exists():
         return "config"
-    if warm_base(source) is not None and paths.local(source) is None:
-        return "warm"
     local = paths.local(source)
+    if warm_base(source) is not None and local is None:
+        return "warm"
     if local is not None:
         if not local.is_dir():
             raise ValueError(f"model {source!r}: no such directory (a path must be an HF model directory; "

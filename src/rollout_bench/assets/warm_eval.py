@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..grpo import rewards
-from . import chat
+from . import prompts as prompt_assets
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,7 @@ def _generate(model, tok, prompts: list[str], spec: EvalSpec, n: int, sample: bo
     import torch
 
     eos = tok.eos_token_id
-    ids = [tok.apply_chat_template(chat.messages(p), add_generation_prompt=True, tokenize=True,
-                                   return_dict=True)["input_ids"] for p in prompts]
+    ids = [prompt_assets.encode(tok, p) for p in prompts]
     out: list[list[Completion]] = [[] for _ in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(ids[i]))  # similar lengths share a batch: less padding
     per_call = max(1, spec.batch_size // n) if sample else spec.batch_size
