@@ -29,7 +29,7 @@ GEN_JOBS = rb_config.gen_jobs(CFG)
 GEN_STATS = [j.path for j in GEN_JOBS]
 TRAIN_STATS = [j.path for j in rb_config.train_jobs(CFG)]
 COMPARE_PATHS = rb_config.compare_paths(CFG)
-_BY_SLUG = {rb_config.model_slug(m): m for m in CFG["models"] + CFG["train"]["models"]}
+_BY_SLUG = {rb_config.model_slug(m): m for m in rb_config.all_models(CFG)}
 # config/models names: the random-init model dirs the `model` rule builds, and the bases `warmstart` starts from
 CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in rb_config.MODEL_CONFIGS.glob("*.json")))
 
@@ -110,9 +110,10 @@ def job_workload(wc):
 
 
 def autotune_input(wc):
-    """flex jobs replay the model's tuned decode kernel options when autotune is enabled."""
+    """flex jobs replay the model's tuned decode kernel options when autotune is enabled (a warm start's
+    are its random base's)."""
     if wc.backend == "flex" and CFG["autotune"]["enabled"]:
-        return [f"results/autotune/{wc.model}/decode_opts.json"]
+        return [f"results/autotune/{rb_config.autotune_slug(model_source(wc.model))}/decode_opts.json"]
     return []
 
 

@@ -5,7 +5,7 @@ rule generate:
     input:
         model=model_input,
         adapter=lambda wc: [lora_dir(wc.model)] if job_workload(wc)["lora_rank"] else [],
-        dataset=lambda wc: dataset_input(),
+        dataset=lambda wc: dataset_input(job_workload(wc)["dataset"]),
         code=backend_sources,
         autotune=autotune_input,
     output:
@@ -16,7 +16,7 @@ rule generate:
         probe=lambda wc: rb_backends.fingerprint(wc.backend),
         model_dir=lambda wc: model_dir(wc.model),
         adapter=lambda wc: lora_dir(wc.model) if job_workload(wc)["lora_rank"] else "",
-        dataset=dataset_dir(),
+        dataset=lambda wc: dataset_dir(job_workload(wc)["dataset"]),
         pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
     log:
         "results/logs/generate/{model}/{backend}/{variant}/{case}/bs{bs}.log",

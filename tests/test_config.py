@@ -167,7 +167,7 @@ def test_user_keys_win_over_the_profile(raw):
     user = {"workload": {"max_new_tokens": 7}, "models": ["llama-tiny"], "train": {"steps": 1}}
     cfg = config.resolve(config._deep_merge(raw, user), user)
     assert config.job_workload(cfg, "llama-tiny", "hf_generate", "greedy", 4)["max_new_tokens"] == 7
-    assert {j.model for j in config.gen_jobs(cfg)} == {"llama-tiny"}
+    assert {j.model for j in config.gen_jobs(cfg)} == {"llama-tiny", "llama-tiny-warm"}  # the warm case follows
     assert {j.steps for j in config.train_jobs(cfg)} == {1}
     # what the user did not set is still the profile's
     assert cfg["workload"]["rounds"] == 2 and cfg["train"]["max_completion_length"] == 96
@@ -220,7 +220,8 @@ def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
     assert cfg["train"]["warm"] and cfg["train"]["dataset"] == "learnable"
     assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm"]
     assert {j.model for j in config.train_jobs(cfg)} == {"qwen3-tiny-warm", "llama-tiny-warm"}
-    assert {j.model for j in config.gen_jobs(cfg)} == {"qwen3-tiny", "llama-tiny"}  # generation stays random
+    # generation stays random but for the case with EOS on
+    assert {j.model for j in config.gen_jobs(cfg) if j.case != "realistic"} == {"qwen3-tiny", "llama-tiny"}
     wl = config.train_workload(cfg, "qwen3-tiny-warm", "hf_generate")
     assert wl["dataset"] == "learnable" and wl["dtype"] == "float32" and wl["sampling"]["temperature"] == 1.0
     assert all(p.startswith("results/compare/qwen3-tiny-warm/") or p.startswith("results/compare/llama-tiny-warm/")
@@ -234,7 +235,8 @@ def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
 def test_gpu_profiles_train_what_they_generate_with(raw, profile):
     cfg = resolve_with(raw, profile=profile)
     assert not cfg["train"]["warm"] and cfg["train"]["models"] == cfg["models"] and cfg["train"]["dataset"] == "synthetic"
-    assert config.warmstart_spec(cfg)["gates"]["accuracy_band"] == [0.15, 0.70]
+    # the smoke profile's tiny warm start cannot do sums: its accuracy is recorded, not gated
+    assert config.warmstart_spec(cfg)["gates"]["accuracy_band"] == ([0.15, 0.70] if profile == "gpu" else None)
     assert config.train_workload(cfg, cfg["models"][0], "flex")["dataset"] == "synthetic"
 
 
@@ -261,3 +263,30 @@ def test_warm_model_names(raw):
 def test_bad_warm_start_keys_name_the_field(raw, over, field, says):
     with pytest.raises(ConfigError, match=rf"at {re.escape(field)}[: ].*{re.escape(says)}"):
         resolve_with(raw, **over)
+
+
+@pytest.mark.parametrize("profile", ["gpu", "smoke", "cpu"])
+def test_realistic_case_runs_the_warm_start_with_eos_on_its_own_task(raw, profile):
+    cfg = resolve_with(raw, profile=profile)
+    real = [j for j in config.gen_jobs(cfg) if j.case == "realistic"]
+    warm = {"gpu": "qwen3-4b-warm", "smoke": "qwen3-tiny-warm", "cpu": "qwen3-tiny-warm"}[profile]
+    assert real and {j.model for j in real} == {config.warm_name(m) for m in cfg["models"]}
+    assert {j.model for j in config.gen_jobs(cfg) if j.case == "greedy"} == set(cfg["models"])  # others: as before
+    wl = config.job_workload(cfg, warm, real[0].backend, "realistic", real[0].batch_size)
+    assert wl["ignore_eos"] is False and wl["dataset"] == "learnable" and wl["prompt_tokens"] == [16, 512]
+    greedy = config.job_workload(cfg, cfg["models"][0], "hf_generate", "greedy", real[0].batch_size)
+    assert greedy["ignore_eos"] is True and greedy["dataset"] == "synthetic"
+    assert warm in config.all_models(cfg) and warm.removesuffix("-warm") in config.all_models(cfg)
+    # flex on the warm start replays its random base's kernel options
+    assert config.autotune_slug(warm) == warm.removesuffix("-warm") and config.autotune_slug("x/y") == "x--y"
+
+
+@pytest.mark.parametrize("case, field, says", [
+    ({"warm": "yes"}, "workload.cases.x.warm", "boolean"),
+    ({"dataset": "./no/such/dir"}, "workload.cases.x.dataset", "no such directory"),
+    ({"prompt_tokens": [300, 20]}, "workload.cases.x.prompt_tokens", "[20, 300]"),
+    ({"ignore_eos": "no"}, "workload.cases.x.ignore_eos", "boolean"),
+])
+def test_bad_case_overrides_name_the_field(raw, case, field, says):
+    with pytest.raises(ConfigError, match=rf"at {re.escape(field)}[: ].*{re.escape(says)}"):
+        resolve_with(raw, profiles__cpu__workload__cases={"x": {"batch_sizes": [4], **case}})

@@ -30,3 +30,22 @@ def test_head_to_head_takes_each_sides_fastest_variant_and_says_what_is_missing(
 def test_head_to_head_without_either_backend_says_so():
     df = pd.DataFrame([row("cb_sync", "greedy", 64, 800.0)])
     assert render.head_to_head(df, "flex", "vllm") == "### flex / vllm\n\nNeither flex nor vllm is in these results.\n"
+
+
+def test_a_case_with_eos_on_shows_lengths_tail_and_occupancy():
+    base = {"ignore_eos": True, "len_p50": 32.0, "len_p90": 32.0, "eos_rate": None, "time_to_last_s": 1.0,
+            "decode_occupancy": None, "pct_of_ref": None}
+    eos = {"ignore_eos": False, "time_to_last_s": 2.25}
+    df = pd.DataFrame([
+        {**row("hf_generate", "greedy", 8, 100.0), **base},
+        {**row("hf_generate", "realistic", 8, 80.0), **base, **eos, "len_p50": 61.0, "len_p90": 140.0,
+         "eos_rate": 1.0},
+        {**row("flex", "realistic", 8, 160.0), **base, **eos, "len_p50": 61.0, "len_p90": 141.0, "eos_rate": 0.875,
+         "decode_occupancy": 0.61},
+    ]).drop(columns="pct_of_ref")
+    md = render.generation_table(df, "hf_generate")
+    assert "### m — realistic (EOS on; LoRA r=0, sampling greedy, n=1)" in md
+    assert "| flex | default | 8 | 160 | 200.0 | 61 | 141 | 88 % | 2.25 | 0.61 | 10.00 | ok |" in md
+    assert "| hf_generate | default | 8 | 80 | 100.0 | 61 | 140 | 100 % | 2.25 | — | 10.00 | ok |" in md
+    greedy = md.split("### m — greedy")[1].split("###")[0]
+    assert "(LoRA r=0" in greedy and "time to last" not in greedy

@@ -5,7 +5,8 @@ from . import atomic, stats
 
 GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generations", "lora_rank",
                "sampling", "status", "reason", "decode_tps", "decode_tps_best", "prompt_tps",
-               "median_wall_s", "n_decoded_tokens", "peak_alloc_gb", "peak_reserved_gb", "setup_s",
+               "median_wall_s", "n_decoded_tokens", "ignore_eos", "len_p50", "len_p90", "eos_rate",
+               "time_to_last_s", "decode_occupancy", "peak_alloc_gb", "peak_reserved_gb", "setup_s",
                "rounds", "gpu_name", "gpu_ids", "torch", "transformers", "started_at", "path"]
 
 
@@ -13,6 +14,8 @@ def generation_row(rec: dict, path: str) -> dict:
     wl, env = rec["workload"], rec["env"]
     peak = rec.get("peak_memory_gb") or {}
     reserved = [v for k, v in peak.items() if k != "allocated" and isinstance(v, (int, float))]
+    done = rec.get("completions") or {}
+    lengths = done.get("completion_tokens") or {}
     return {
         "model": rec["model"], "backend": rec["backend"], "variant": rec["variant"],
         "case": rec.get("case", ""), "batch_size": wl.get("batch_size"),
@@ -21,7 +24,9 @@ def generation_row(rec: dict, path: str) -> dict:
         "status": rec["status"], "reason": rec["reason"],
         "decode_tps": rec.get("decode_tps"), "decode_tps_best": rec.get("decode_tps_best"),
         "prompt_tps": rec.get("prompt_tps"), "median_wall_s": rec.get("median_wall_s"),
-        "n_decoded_tokens": rec.get("n_decoded_tokens"),
+        "n_decoded_tokens": rec.get("n_decoded_tokens"), "ignore_eos": wl["ignore_eos"],
+        "len_p50": lengths.get("p50"), "len_p90": lengths.get("p90"), "eos_rate": done.get("eos_rate"),
+        "time_to_last_s": done.get("time_to_last_s"), "decode_occupancy": done.get("decode_occupancy"),
         "peak_alloc_gb": peak.get("allocated"),
         "peak_reserved_gb": max(reserved) if reserved else None,
         "setup_s": rec.get("setup_s"), "rounds": len(rec.get("rounds", [])),

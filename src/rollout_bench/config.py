@@ -139,6 +139,9 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
     # jobs and snakemake's inputs take paths as given: nothing would expand a ~ for them
     cfg["models"] = [os.path.expanduser(m) for m in cfg["models"]]
     cfg["dataset"]["source"] = os.path.expanduser(cfg["dataset"]["source"])
+    for case in cfg["workload"]["cases"].values():
+        if "dataset" in case:
+            case["dataset"] = os.path.expanduser(case["dataset"])
     tr = cfg["train"]
     tr["models"] = [warm_name(m) if tr["warm"] else m for m in cfg["models"]]
     tr["dataset"] = os.path.expanduser(tr["dataset"]) if tr["dataset"] else cfg["dataset"]["source"]
@@ -159,22 +162,27 @@ def _check_autotune(cfg: dict) -> None:
 
 def _check(cfg: dict) -> None:
     _check_autotune(cfg)
+    cases = cfg["workload"]["cases"]
     for m in cfg["models"]:
         try:
             model_assets.resolve(m)
         except ValueError as e:
             raise ConfigError(f"config error at models: {e}") from None
-    for field, source in (("dataset.source", cfg["dataset"]["source"]), ("train.dataset", cfg["train"]["dataset"])):
+    sources = [("dataset.source", cfg["dataset"]["source"]), ("train.dataset", cfg["train"]["dataset"])]
+    sources += [(f"workload.cases.{n}.dataset", c["dataset"]) for n, c in cases.items() if "dataset" in c]
+    for field, source in sources:
         if source is None:
             continue
         try:
             dataset_assets.resolve(source)
         except ValueError as e:
             raise ConfigError(f"config error at {field}: {e}") from None
-    lo, hi = cfg["workload"]["prompt_tokens"]
-    if lo > hi:
-        raise ConfigError(f"config error at workload.prompt_tokens: [{lo}, {hi}] has min > max "
-                          f"(give [min, max]: [{hi}, {lo}])")
+    windows = [("workload.prompt_tokens", cfg["workload"]["prompt_tokens"])]
+    windows += [(f"workload.cases.{n}.prompt_tokens", c["prompt_tokens"]) for n, c in cases.items()
+                if "prompt_tokens" in c]
+    for field, (lo, hi) in windows:
+        if lo > hi:
+            raise ConfigError(f"config error at {field}: [{lo}, {hi}] has min > max (give [min, max]: [{hi}, {lo}])")
     where = [("variants", cfg["variants"])] + [(f"workload.cases.{name}.variants", case.get("variants", {}))
                                                for name, case in cfg["workload"]["cases"].items()]
     for field, table in where:
@@ -244,10 +252,28 @@ def variants(cfg: dict, backend: str, case: dict | None = None) -> list[str]:
     return own or cfg["variants"].get(backend) or [backends.module(backend).VARIANTS[0]]
 
 
+def case_models(cfg: dict, case: dict) -> list[str]:
+    """The models a case runs on: the top-level ones, or their warm starts (`warm: true`)."""
+    return [warm_name(m) for m in cfg["models"]] if case["warm"] else cfg["models"]
+
+
+def all_models(cfg: dict) -> list[str]:
+    """Every model some job loads: generation (top level and warm cases), training, and the random bases
+    of warm starts (their autotune records), in first-seen order."""
+    names = [m for c in cfg["workload"]["cases"].values() for m in case_models(cfg, c)] + cfg["train"]["models"]
+    return list(dict.fromkeys(names + [b for m in names if (b := model_assets.warm_base(m))]))
+
+
+def autotune_slug(model: str) -> str:
+    """Whose autotune record a flex job on `model` replays: a warm start replays its random base's
+    (the kernels' speed depends on shapes and dtype, not on weight values)."""
+    return model_slug(model_assets.warm_base(model) or model)
+
+
 def gen_jobs(cfg: dict) -> list[GenJob]:
     jobs = []
-    for model in cfg["models"]:
-        for name, case in cfg["workload"]["cases"].items():
+    for name, case in cfg["workload"]["cases"].items():
+        for model in case_models(cfg, case):
             for backend in cfg["backends"]:
                 if case.get("backends") and backend not in case["backends"]:
                     continue
@@ -273,16 +299,16 @@ def job_workload(cfg: dict, model: str, backend: str, case_name: str, batch_size
         "num_generations": n,
         "sampling": sampling.to_dict(),
         "sampling_preset": case["sampling"] if isinstance(case["sampling"], str) else None,
-        "ignore_eos": wl["ignore_eos"],
-        "max_new_tokens": wl["max_new_tokens"],
+        "ignore_eos": case.get("ignore_eos", wl["ignore_eos"]),
+        "max_new_tokens": case.get("max_new_tokens", wl["max_new_tokens"]),
         "batch_size": batch_size,
         "n_prompts": wl["n_prompts"] or batch_size // n,
-        "prompt_tokens": wl["prompt_tokens"],
+        "prompt_tokens": case.get("prompt_tokens", wl["prompt_tokens"]),
         "shuffle_seed": wl["shuffle_seed"],
         "chat_template": wl["chat_template"],
         "warmup_prompts": min(wl["warmup_prompts"], wl["n_prompts"] or batch_size // n),
         "rounds": wl["rounds"],
-        "dataset": cfg["dataset"]["source"],
+        "dataset": case.get("dataset", cfg["dataset"]["source"]),
         "device": "cuda" if gpu else "cpu",
         "dtype": dtype,
         "options": cfg["options"].get(backend, {}),
@@ -343,7 +369,9 @@ def warmstart_spec(cfg: dict) -> dict:
     """The warmstart job's knobs (assets.warmstart.specs reads them): the accuracy band on GPU profiles only."""
     ws = copy.deepcopy(cfg["warmstart"])
     gates = ws.pop("gates")
-    return {"sft": {k: ws[k] for k in ("steps", "learning_rate", "batch_size", "max_length", "seed")},
+    sft = ("steps", "learning_rate", "batch_size", "max_length", "seed", "bf16", "gradient_checkpointing",
+           "group_by_length", "max_seconds", "probe_every", "probe_prompts", "micro_batch_size")
+    return {"sft": {k: ws[k] for k in sft},
             "eval": {k: ws[k] for k in ("max_new_tokens", "group_prompts", "group_size")},
             "gates": {**gates, "accuracy_band": gates["accuracy_band"] if uses_gpu(cfg) else None}}
 

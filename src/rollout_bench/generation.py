@@ -4,7 +4,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from . import backends, envinfo, isolation, kernel_tuning, stats
+from . import backends, completions, envinfo, isolation, kernel_tuning, stats
 from .workload import GenSpec, Sampling
 
 
@@ -103,7 +103,8 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
 
     med = statistics.median(walls)
     best = min(walls)
-    decoded = per_round[0]["decoded_tokens"]
+    # with EOS on, sampled rounds may decode different counts: their mean over the median wall
+    decoded = round(statistics.mean(r["decoded_tokens"] for r in per_round))
     n_prompt_tokens = sum(map(len, prompts)) * n
     return {
         "outputs": outs,
@@ -175,5 +176,8 @@ def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict
     if bad:
         return stats.finish(stats.failed(record, bad), out)
     record.update(result["fields"])
+    record["completions"] = completions.summary(
+        result["outputs"], eos_token_id=spec.eos_token_id, ignore_eos=spec.ignore_eos, batch_size=spec.batch_size,
+        median_wall_s=record["median_wall_s"], engine_round=record["engine"].get("last_round"))
     record["sample_completions"] = [prompt_assets.decode(tok, o)[:300] for o in result["outputs"][:3]]
     return stats.finish(record, out)

@@ -28,6 +28,9 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
     lines = []
     for (model, case), g in df.groupby(["model", "case"], sort=True):
         first = g.iloc[0]
+        if not g.ignore_eos.all():
+            lines += _eos_section(model, case, g, reference)
+            continue
         lines += [f"### {model} — {case} (LoRA r={first.lora_rank}, sampling {first.sampling}, "
                   f"n={first.num_generations})", "",
                   f"| backend | variant | batch | decode tok/s | best tok/s | % of {reference} "
@@ -44,6 +47,27 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
     lines.insert(0, f"Hardware: {hw}. Decode tok/s = decoded tokens / median round wall; "
                     f"skipped and failed rows say why.\n")
     return "\n".join(lines) + "\n"
+
+
+def _eos_section(model: str, case: str, g: pd.DataFrame, reference: str) -> list[str]:
+    """A case where EOS ends completions: how long they ran, when the last one came, how full the
+    engine kept its decode batch, beside the speed."""
+    first = g.iloc[0]
+    lines = [f"### {model} — {case} (EOS on; LoRA r={first.lora_rank}, sampling {first.sampling}, "
+             f"n={first.num_generations})", "",
+             f"| backend | variant | batch | decode tok/s | % of {reference} | length p50 | length p90 | ended by EOS "
+             f"| time to last s | decode occupancy | peak alloc GB | status |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+    for r in g.sort_values(["backend", "variant", "batch_size"]).itertuples():
+        status = "ok" if r.status == "ok" else f"{STATUS_MARK[r.status]}: {r.reason}"
+        eos = _fmt(100 * r.eos_rate, ".0f") + " %" if pd.notna(r.eos_rate) else "—"
+        lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {_fmt(r.decode_tps)} "
+                     f"| {_fmt(r.pct_of_ref, '.1f')} | {_fmt(r.len_p50)} | {_fmt(r.len_p90)} | {eos} "
+                     f"| {_fmt(r.time_to_last_s, '.2f')} | {_fmt(r.decode_occupancy, '.2f') or '—'} "
+                     f"| {_fmt(r.peak_alloc_gb, '.2f')} | {status} |")
+    return lines + ["", "Lengths in tokens (EOS included); time to last = the median round wall, which ends with "
+                        "the last completion; decode occupancy = rows the engine decoded per decode step / batch "
+                        "(— where the engine does not count its rows).", ""]
 
 
 def _peak_gb(df: pd.DataFrame) -> pd.Series:

@@ -48,8 +48,10 @@ def smoke_config() -> dict:
 def expected(cfg: dict) -> list[tuple[str, str]]:
     """(output, log) of every job whose output the verdict reads, in DAG order."""
     out = []
+    for base in sorted({b for m in config.all_models(cfg) if (b := config.model_assets.warm_base(m))}):
+        out.append((f"results/assets/models/{base}-warm", f"results/logs/assets/warmstart_{base}.log"))
     if cfg["autotune"]["enabled"]:  # the pass runs for each model a flex job replays it on
-        for slug in sorted({j.model_slug for j in config.gen_jobs(cfg) if j.backend == "flex"}):
+        for slug in sorted({config.autotune_slug(j.model) for j in config.gen_jobs(cfg) if j.backend == "flex"}):
             out.append((f"results/autotune/{slug}/decode_opts.json", f"results/logs/autotune/{slug}/decode_opts.log"))
     for j in config.gen_jobs(cfg):
         out.append((j.path, j.path.replace("results/generate/", "results/logs/generate/").replace(".json", ".log")))

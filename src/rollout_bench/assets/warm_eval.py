@@ -29,19 +29,25 @@ class Completion:
     ended: bool  # eos before max_new_tokens
 
 
-def _generate(model, tok, prompts: list[str], spec: EvalSpec, n: int, sample: bool) -> list[list[Completion]]:
+def _generate(model, tok, prompts: list[str], spec: EvalSpec, n: int, sample: bool,
+              autocast: bool = False) -> list[list[Completion]]:
+    """autocast: bf16 autocast around fp32 weights (a model still in training)."""
+    import contextlib
+
     import torch
 
     eos = tok.eos_token_id
+    amp = torch.autocast(model.device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
     ids = [prompt_assets.encode(tok, p) for p in prompts]
     out: list[list[Completion]] = [[] for _ in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(ids[i]))  # similar lengths share a batch: less padding
     per_call = max(1, spec.batch_size // n) if sample else spec.batch_size
     for start in range(0, len(order), per_call):
         chunk = order[start:start + per_call]
-        enc = tok.pad({"input_ids": [ids[i] for i in chunk]}, return_tensors="pt")
-        with torch.no_grad():
-            gen = model.generate(**enc, max_new_tokens=spec.max_new_tokens, do_sample=sample,
+        enc = tok.pad({"input_ids": [ids[i] for i in chunk]}, return_tensors="pt").to(model.device)
+        with torch.no_grad(), amp:
+            # use_cache: gradient checkpointing turns it off in the config of a model in training
+            gen = model.generate(**enc, max_new_tokens=spec.max_new_tokens, do_sample=sample, use_cache=True,
                                  num_return_sequences=n, eos_token_id=eos, pad_token_id=tok.pad_token_id,
                                  **({"temperature": 1.0, "top_k": 0, "top_p": 1.0} if sample else {}))
         new = gen[:, enc["input_ids"].shape[1]:]  # [len(chunk) * n, <= max_new_tokens]
@@ -52,15 +58,32 @@ def _generate(model, tok, prompts: list[str], spec: EvalSpec, n: int, sample: bo
     return out
 
 
+def greedy_accuracy(model, tok, rows: list[dict], autocast: bool = False, max_new_tokens: int = 512) -> float:
+    """Greedy answer accuracy on `rows`, on `model` as it is (a progress probe during training)."""
+    side, tok.padding_side = tok.padding_side, "left"
+    try:
+        model.eval()
+        prompts = [r["prompt"] for r in rows]
+        done = [c[0].text for c in _generate(model, tok, prompts, EvalSpec(max_new_tokens=max_new_tokens), 1,
+                                             sample=False, autocast=autocast)]
+    finally:
+        tok.padding_side = side
+    _, _, answer_fn, _ = rewards.build(tok.eos_token)
+    return float(np.mean([s == 5.0 for s in answer_fn(prompts, done, [str(r["solution"]) for r in rows])]))
+
+
 def evaluate(model_dir, rows: list[dict], spec: EvalSpec) -> dict:
-    """Figures over `rows` (DAPO-schema dicts: `prompt`, `solution`) for warm_card.gates."""
+    """Figures over `rows` (DAPO-schema dicts: `prompt`, `solution`) for warm_card.gates; on the GPU
+    in the saved dtype (what the backends load), on CPU in float32."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(spec.seed)
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"  # generation continues from the right end
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    cuda = torch.cuda.is_available()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto" if cuda else torch.float32)
+    model = model.to("cuda" if cuda else "cpu").eval()
     fmt, _, answer_fn, _ = fns = rewards.build(tok.eos_token)
     prompts, answers = [r["prompt"] for r in rows], [str(r["solution"]) for r in rows]
 

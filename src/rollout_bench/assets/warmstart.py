@@ -6,6 +6,7 @@ on the completion tokens only. The result is a model directory beside the random
 backend with its normal loader, with its card (warm_card) inside; the gates run before the directory
 appears, so a warm model that fails them is never handed to GRPO.
 """
+import gc
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -22,9 +23,24 @@ class SFTSpec:
     batch_size: int = 8
     max_length: int = 320  # prompt + completion tokens; longer rows are left out, not cut (a cut row has no eos)
     seed: int = 3407
+    # GPU knobs: fp32 master weights under bf16 autocast; recomputed activations (a 4B shape's would not
+    # fit beside fp32 AdamW state); rows of like length share a batch (padding is most of a random batch)
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    group_by_length: bool = False
+    max_seconds: float | None = None  # stop between steps past this training wall (the card says so)
+    probe_every: int = 0  # every N steps, greedy accuracy on probe_prompts held-out prompts (0: off)
+    probe_prompts: int = 64
+    # rows per forward pass (gradients accumulate to batch_size): a real vocabulary's logits over 64 rows of
+    # 512 tokens are tens of GB
+    micro_batch_size: int | None = None
 
     def __post_init__(self):
         assert self.steps > 0 and self.learning_rate > 0 and self.batch_size > 0 and self.max_length > 0
+        assert self.micro_batch_size is None or self.batch_size % self.micro_batch_size == 0, \
+            "warmstart.batch_size must be a multiple of warmstart.micro_batch_size"
+        assert self.max_seconds is None or self.max_seconds > 0
+        assert self.probe_every >= 0 and self.probe_prompts > 0
 
 
 def specs(d: dict) -> tuple[SFTSpec, warm_eval.EvalSpec, warm_card.Gates]:
@@ -48,8 +64,36 @@ def sft_rows(rows: list[dict], tok, max_length: int) -> list[dict]:
     return out
 
 
-def train(model_dir, rows: list[dict], spec: SFTSpec, work_dir):
-    """-> (the SFT'd model, its tokenizer, {train_rows, train_loss, train_s})."""
+def _callbacks(spec: SFTSpec, tok, probe_rows: list[dict], record: dict) -> list:
+    """The wall budget and the accuracy probe, as TrainerCallbacks writing into `record`."""
+    from transformers import TrainerCallback
+
+    class Budget(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            if spec.max_seconds and time.perf_counter() - self.t0 - record["probe_s"] > spec.max_seconds:
+                record["stopped_by_budget_at_step"] = state.global_step
+                control.should_training_stop = True
+
+    class Probe(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kw):
+            if not (spec.probe_every and state.global_step % spec.probe_every == 0):
+                return
+            t0 = time.perf_counter()
+            acc = warm_eval.greedy_accuracy(model, tok, probe_rows, autocast=spec.bf16)
+            model.train()
+            record["probe_s"] += time.perf_counter() - t0
+            record["probe"].append({"step": state.global_step, "accuracy": acc,
+                                    "loss": next((h["loss"] for h in reversed(state.log_history) if "loss" in h),
+                                                 None)})
+
+    return [Budget(), Probe()]
+
+
+def train(model_dir, rows: list[dict], spec: SFTSpec, work_dir, probe_rows: list[dict] = ()):
+    """-> (the SFT'd model, its tokenizer, {train_rows, train_loss, train_s, steps_done, peak_memory_gb, ...})."""
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -58,21 +102,38 @@ def train(model_dir, rows: list[dict], spec: SFTSpec, work_dir):
     from ..grpo import trl_cpu
 
     trl_cpu.ensure_logprob_head()  # SFTTrainer uses the same Triton-only fused LM head as GRPO
+    cuda = torch.cuda.is_available()
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     data = datasets.Dataset.from_list(sft_rows(rows, tok, spec.max_length))
     args = SFTConfig(
         output_dir=str(work_dir), max_steps=spec.steps, learning_rate=spec.learning_rate,
-        per_device_train_batch_size=spec.batch_size, max_length=spec.max_length, seed=spec.seed,
+        per_device_train_batch_size=spec.micro_batch_size or spec.batch_size, max_length=spec.max_length,
+        gradient_accumulation_steps=spec.batch_size // (spec.micro_batch_size or spec.batch_size), seed=spec.seed,
         completion_only_loss=True, lr_scheduler_type="cosine", warmup_steps=max(1, spec.steps // 20),
         weight_decay=0.0, logging_steps=max(1, spec.steps // 10), save_strategy="no", report_to=[],
-        use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False, gradient_checkpointing=False,
-        dataloader_num_workers=0, disable_tqdm=True)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
+        use_cpu=not cuda, bf16=spec.bf16, fp16=False, gradient_checkpointing=spec.gradient_checkpointing,
+        train_sampling_strategy="group_by_length" if spec.group_by_length else "random",
+        optim="adamw_torch_fused" if cuda else "adamw_torch", dataloader_num_workers=0, disable_tqdm=True)
+    record = {"probe": [], "probe_s": 0.0}
+    probe_rows = list(probe_rows)[:spec.probe_prompts]
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok,
+                         callbacks=_callbacks(spec, tok, probe_rows, record))
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     result = trainer.train()
+    wall = time.perf_counter() - t0
     info = {"train_rows": len(data), "train_loss": float(result.training_loss),
-            "train_s": round(time.perf_counter() - t0, 2)}
+            "train_s": round(wall - record["probe_s"], 2), "steps_done": trainer.state.global_step,
+            "log": [h for h in trainer.state.log_history if "loss" in h]}
+    if spec.probe_every:
+        info.update(probe=record["probe"], probe_s=round(record["probe_s"], 2))
+    if "stopped_by_budget_at_step" in record:
+        info["stopped_by_budget_at_step"] = record["stopped_by_budget_at_step"]
+    if cuda:
+        info["peak_memory_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
+        info["gpu"] = torch.cuda.get_device_name()
     return trainer.model, tok, info
 
 
@@ -88,12 +149,17 @@ def build(model_dir, dataset_dir, out_dir, spec: SFTSpec, eval_spec: warm_eval.E
     train_rows = dataset.load(str(dataset_dir)).to_list()
     test_rows = dataset.load(str(dataset_dir), split="test").to_list()
     with atomic.directory(out_dir) as tmp:
-        model, tok, info = train(model_dir, train_rows, spec, Path(tmp) / "_trainer")
+        # the probe reads the held-out split's tail: the gates' greedy pass reads all of it, after training
+        model, tok, info = train(model_dir, train_rows, spec, Path(tmp) / "_trainer", test_rows[::-1])
         shutil.rmtree(Path(tmp) / "_trainer", ignore_errors=True)
         base_cfg = json.loads((Path(model_dir) / "config.json").read_text())
         dtype = base_cfg.get("dtype") or base_cfg.get("torch_dtype", "float32")
         model.to(getattr(torch, dtype)).save_pretrained(tmp)  # the random model's dtype, as backends expect
         tok.save_pretrained(tmp)
+        del model
+        gc.collect()  # the trainer's reference cycles hold its optimizer state
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the trainer's fp32 weights and AdamW state go before the evaluation loads
         figures = warm_eval.evaluate(tmp, test_rows, eval_spec)
         c = warm_card.card(figures, gates, {"base": str(model_dir), "dataset": str(dataset_dir), **asdict(spec), **info})
         warm_card.write(c, tmp)

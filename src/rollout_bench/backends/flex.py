@@ -100,6 +100,8 @@ def split(wall: float, d: dict) -> dict:
     return {"wall_s": round(wall, 4), "prefill_s": round(d["prefill_s"], 4), "prefill_tokens": d["prefill_tokens"],
             "decode_s": round(d["decode_s"], 4), "decode_steps": steps, "decode_chunks": d["decode_chunks"],
             "step_ms": round(1e3 * d["decode_s"] / steps, 4) if steps else None,
+            # rows in flight per decode step (rows past an EOS within a chunk included: they were decoded)
+            "rows_per_step": round(d["decode_rows"] / steps, 3) if steps else None,
             "host_other_s": round(wall - d["prefill_s"] - d["decode_s"], 4)}
 
 
