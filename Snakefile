@@ -14,6 +14,18 @@ include: "rules/report.smk"
 include: "rules/train.smk"
 
 
+# Under a cluster executor these run on the submit host: seconds of CPU each, less than a queue wait.
+# The model and LoRA assets load the model (GBs for the 4B shape) and go to the cluster.
+localrules:
+    tokenizer,
+    dataset,
+    learnable_dataset,
+    compare,
+    aggregate_generate,
+    render_generate,
+    render_train,
+
+
 rule all:
     input:
         GEN_STATS,

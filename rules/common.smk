@@ -16,6 +16,14 @@ from rollout_bench import invalid_stats as rb_invalid_stats
 from rollout_bench import sources as rb_sources
 from rollout_bench.grpo import availability as rb_grpo_availability
 
+# A cluster job re-reads the workflow on its compute node (`--mode remote`), without --resources.
+CLUSTER_JOB = workflow.remote_exec
+# A cluster executor needs --jobs, which a local run folds into --cores: the scheduler grants the GPUs.
+SCHEDULED = CLUSTER_JOB or workflow.resource_settings.nodes is not None
+if CLUSTER_JOB and config.get("profile", "auto") == "auto":
+    raise WorkflowError("profile: auto picks by the host that reads the workflow, and a cluster job reads it "
+                        "on its compute node: pass --config profile=gpu (or cpu) to snakemake")
+
 try:
     # `config` merges config/config.yaml with the user's files and --config; the user's own keys win
     # over the selected profile's, so they are handed over apart
@@ -37,8 +45,9 @@ CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in rb_config.MODEL_CONFIG
 _gpu_budget = workflow.global_resources.get("gpu")
 _gpu_budget = getattr(_gpu_budget, "value", _gpu_budget)  # a Resource, or the bare number
 try:
-    rb_lease.check_budget(GPU_PER_JOB, _gpu_budget,
-                          rb_lease.host_gpu_count(), CFG["gpu"]["jobs_per_gpu"])
+    if not SCHEDULED:
+        rb_lease.check_budget(GPU_PER_JOB, _gpu_budget,
+                              rb_lease.host_gpu_count(), CFG["gpu"]["jobs_per_gpu"])
 except rb_lease.LeaseError as e:
     raise WorkflowError(str(e)) from None
 try:
@@ -53,8 +62,9 @@ LEASE = (f"python -m rollout_bench.gpu_lease --gpus {{resources.gpu}} --lock-dir
          f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}"
          f"{'' if CFG['gpu']['pin_cpus'] else '--no-pin-cpus '}--job {{output}} ")
 
-# A truncated or invalid cached stats file counts as missing: moved aside, so its job reruns.
-for _msg in rb_invalid_stats.set_aside(GEN_STATS + TRAIN_STATS):
+# A truncated or invalid cached stats file counts as missing: moved aside, so its job reruns (by the
+# main process only: cluster jobs must not move each other's files).
+for _msg in [] if CLUSTER_JOB else rb_invalid_stats.set_aside(GEN_STATS + TRAIN_STATS):
     logger.warning(f"invalid cached stats file: {_msg}")
 
 

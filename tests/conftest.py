@@ -30,3 +30,18 @@ def one_torch_thread():
     yield
     torch.set_num_threads(n)
 
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A single-node SLURM cluster with accounting (tests/slurm_cluster.py), stopped even when a test fails."""
+    from . import slurm_cluster
+
+    reason = slurm_cluster.missing()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[test]' (the SLURM executor)")
+    cluster = slurm_cluster.Cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

@@ -95,3 +95,15 @@ def test_fa4_group_is_separate_from_vllm():
 
 def test_report_group_has_no_torch():
     assert "torch" not in pins("report") and {"altair", "vl-convert-python", "pandas"} <= set(pins("report"))
+
+
+def test_slurm_pins_match_pyproject_extras_and_core():
+    """The SLURM executor the tests drive is the one envs/slurm.yaml ships, on core's snakemake."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    slurm = pins("slurm")
+    for extra in ("slurm", "test"):
+        plugins = {wh.canon(r.name): r for r in map(Requirement, extras[extra]) if "slurm" in r.name}
+        assert set(plugins) == set(slurm) - {"snakemake"}, extra
+        for name, req in plugins.items():
+            assert version(req) == version(slurm[name]), (extra, name)
+    assert version(slurm["snakemake"]) == version(pins("core")["snakemake"])

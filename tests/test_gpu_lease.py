@@ -88,3 +88,16 @@ def test_job_needing_more_gpus_than_exist_fails_fast(tmp_path):
     with pytest.raises(LeaseError, match="only 2 are available"):
         gpu_lease.acquire(3, tmp_path, [0, 1])
     assert time.monotonic() - t < 1
+
+
+def test_slurm_grants_scope_the_locks_to_the_job_and_the_log_to_the_node(tmp_path):
+    import socket
+
+    slurm = {"SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "0"}
+    assert gpu_lease.slurm_job(slurm) == "42"
+    assert gpu_lease.scope(tmp_path, slurm) == (tmp_path / "slurm-42", tmp_path / socket.gethostname())
+    # no grant (a CPU job), a lease's own export, or no SLURM: the one shared lock directory
+    for env in ({"SLURM_JOB_ID": "42"}, {**slurm, "ROLLOUT_BENCH_GPU_IDS": "0"}, {"CUDA_VISIBLE_DEVICES": "0"}):
+        assert gpu_lease.slurm_job(env) is None and gpu_lease.scope(tmp_path, env) == (tmp_path, tmp_path)
+    lease = gpu_lease.Lease([0], port=31234)
+    assert lease.env()["MASTER_PORT"] == "31234"

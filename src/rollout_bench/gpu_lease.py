@@ -3,9 +3,10 @@
 Snakemake counts `gpu` but never says which; this wrapper picks free ids under one flock per GPU
 (per job slot of a GPU with --slots > 1), all-or-none, and exports CUDA_VISIBLE_DEVICES (PCI bus
 order), a MASTER_PORT unique to the lease, and the ids for the stats file. A scheduler that already
-set CUDA_VISIBLE_DEVICES (SLURM) is honoured. The job is pinned to its GPUs' CPU share
-(cpu_share.py) with torch/OpenMP/MKL threads sized to it, and the lease is logged in the lock
-directory, where the job finds the neighbours that overlapped its timed rounds (isolation.py).
+set CUDA_VISIBLE_DEVICES (SLURM) is honoured, and under SLURM the locks are the job's own (`scope`).
+The job is pinned to its GPUs' CPU share (cpu_share.py) with torch/OpenMP/MKL threads sized to it,
+and the lease is logged in the lock directory, where the job finds the neighbours that overlapped
+its timed rounds (isolation.py).
 
     python -m rollout_bench.gpu_lease --gpus 1 [--pin 2,3] [--lock-dir D] [--slots K] [--job LABEL]
         [--timing-lock] [--no-pin-cpus] -- CMD ARGS...
@@ -36,6 +37,7 @@ class Lease:
     _files: list = field(default_factory=list, repr=False)
     slot: int = 0  # which job slot of its GPUs (0 unless a GPU takes several jobs)
     cpus: list[int] = field(default_factory=list)  # its share of the host; [] = not pinned
+    port: int | None = None  # MASTER_PORT, where the GPU ids cannot make it unique (SLURM)
 
     def env(self) -> dict:
         out = {
@@ -43,7 +45,7 @@ class Lease:
             "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.ids)),
             envinfo.GPU_IDS_VAR: ",".join(map(str, self.ids)),
             # GPUs (slots) are exclusive, so is the lowest id with its slot
-            "MASTER_PORT": str(29500 + 64 * self.slot + self.ids[0]),
+            "MASTER_PORT": str(self.port or 29500 + 64 * self.slot + self.ids[0]),
         }
         if self.cpus:  # a library sizing its pool from the host's core count would oversubscribe the share
             n = str(len(self.cpus))
@@ -65,6 +67,33 @@ def candidates(pin: list[int] | None = None, environ=os.environ) -> list[int]:
         return [int(x) for x in granted.split(",") if x.strip()]
     n = int(environ[COUNT_VAR]) if COUNT_VAR in environ else envinfo.physical_gpu_count()
     return list(range(n))
+
+
+def slurm_job(environ=os.environ) -> str | None:
+    """The SLURM job id when SLURM granted this job its GPUs (CUDA_VISIBLE_DEVICES), else None."""
+    if "CUDA_VISIBLE_DEVICES" in environ and envinfo.GPU_IDS_VAR not in environ:
+        return environ.get("SLURM_JOB_ID")
+    return None
+
+
+def scope(lock_dir, environ=os.environ) -> tuple[Path, Path]:
+    """Where a lease takes its GPU locks, and where it logs (and takes the timing lock).
+
+    SLURM grants GPUs to one job alone and, where it constrains devices, numbers them from 0 in every
+    job: granted ids name different GPUs in different jobs, and on a shared filesystem one `gpu0.lock`
+    would queue every job of the cluster behind one. So the locks are the SLURM job's own (its leases,
+    when snakemake runs inside one allocation, still exclude each other), and the log is the node's:
+    a job's neighbours are the jobs on its host."""
+    job = slurm_job(environ)
+    if job is None:
+        return Path(lock_dir), Path(lock_dir)
+    return Path(lock_dir) / f"slurm-{job}", Path(lock_dir) / socket.gethostname()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _try_lock(path: Path, shared: bool = False):
@@ -171,27 +200,31 @@ def main(argv=None) -> int:
         print(f"gpu_lease: gpu.pin names GPU(s) {sorted(set(ids) - set(host))} but this host has {host}: "
               f"pin ids among them", file=sys.stderr)
         return 3
+    locks, log = scope(a.lock_dir)
     try:
-        lease = acquire(a.gpus, a.lock_dir, ids, a.timeout, slots=a.slots)
+        lease = acquire(a.gpus, locks, ids, a.timeout, slots=a.slots)
     except LeaseError as e:
         print(f"gpu_lease: {e}", file=sys.stderr)
         return 3
+    if slurm_job() is not None:  # ids and slots repeat across SLURM jobs on one node: ask the OS
+        lease.port = free_port()
     lease_id = f"{socket.gethostname()}:{os.getpid()}:{time.time():.3f}"
     try:
+        log.mkdir(parents=True, exist_ok=True)
         if not a.no_pin_cpus:
             lease.cpus = cpu_share.for_lease(lease.ids, lease.slot, a.slots, host)
             os.sched_setaffinity(0, lease.cpus)  # the job inherits it
         env = {**os.environ, **lease.env(), isolation.LEASE_VAR: lease_id,
-               isolation.LOCK_DIR_VAR: str(Path(a.lock_dir).resolve()),
+               isolation.LOCK_DIR_VAR: str(log.resolve()),
                isolation.TIMING_LOCK_VAR: "1" if a.timing_lock else "0"}
-        isolation.log_event(a.lock_dir, event="start", lease=lease_id, job=a.job or " ".join(cmd)[:200],
+        isolation.log_event(log, event="start", lease=lease_id, job=a.job or " ".join(cmd)[:200],
                             gpus=lease.ids, slot=lease.slot, cpus=lease.cpus, pid=os.getpid(),
                             host=socket.gethostname())
         print(f"gpu_lease: GPUs {lease.ids} slot {lease.slot} CPUs {lease.cpus or 'unpinned'}", file=sys.stderr)
         return _run(cmd, env)
     finally:
         try:
-            isolation.log_event(a.lock_dir, event="end", lease=lease_id)
+            isolation.log_event(log, event="end", lease=lease_id)
         finally:
             lease.release()
 

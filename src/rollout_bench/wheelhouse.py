@@ -36,7 +36,7 @@ from pathlib import Path
 from . import ROOT
 
 ENVS = ROOT / "envs"
-GROUPS = ("core", "vllm", "unsloth", "fa4", "report")
+GROUPS = ("core", "vllm", "unsloth", "fa4", "report", "slurm")
 MiB = 2**20
 DEFAULT_SPLIT_MB = 58
 MANIFEST = "manifest.json"
