@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from rollout_bench.engine import Engine, EngineConfig, random_model
+from rollout_bench.diagnostics import random_model
+from rollout_bench.engine import Engine, EngineConfig
 from rollout_bench.engine.lora import DoubleCopy, load_adapter, sha256
 from rollout_bench.workload import Sampling
 

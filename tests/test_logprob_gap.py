@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from rollout_bench.engine import Engine, EngineConfig, logprob_gap, random_model
+from rollout_bench.diagnostics import logprob_gap, random_model
+from rollout_bench.engine import Engine, EngineConfig
 from rollout_bench.workload import Sampling
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

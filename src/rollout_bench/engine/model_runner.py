@@ -116,16 +116,6 @@ def float_logits(head: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
     return z if head.bias is None else z + head.bias.float()
 
 
-@torch.no_grad()
-def reference_logits(reference, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """HF's logits for ids [1, T] at positions start.. -> [T - start, V] float32, projected like the
-    engine's (fp32 output, no rounding to bf16), so a comparison sees the two forward passes and not
-    two roundings. `reference`: an HF CausalLM, PEFT-wrapped (adapter unmerged) or not."""
-    lm = reference.get_base_model() if hasattr(reference, "get_base_model") else reference
-    h = lm.model(input_ids=ids).last_hidden_state[0, start:]  # [T - start, hidden], after the final norm
-    return float_logits(lm.lm_head, h)
-
-
 class ModelRunner:
     def __init__(self, model, cfg: EngineConfig, fuse: bool = False):
         """fuse: re-lay q/k/v and gate/up weights as fused tensors (fused.py); the caller decides,
@@ -245,7 +235,7 @@ class ModelRunner:
         return float_logits(self.lm.lm_head, self.lm.model.norm(h))
 
     # decode
-    def _decode_inputs(self, b: int) -> tuple[BlockMask, torch.Tensor]:
+    def decode_inputs(self, b: int) -> tuple[BlockMask, torch.Tensor]:
         """The physical BlockMask and KV write addresses [b] of the first b rows."""
         pos, slot = self.pos[:b], self.slot[:b]
         table = self.pages.table_dev[slot]  # [b, W] logical -> physical page
@@ -260,10 +250,10 @@ class ModelRunner:
             BLOCK_SIZE=self.P, mask_mod=self._decode_mask, seq_lengths=(1, self.kv_len), compute_q_blocks=False)
         return mask, last[:, 0].long() * self.P + pos % self.P
 
-    def _decode(self, b: int, how: str) -> None:
+    def decode_step(self, b: int, how: str) -> None:
         """One decode step over the first b rows of the static buffers (the body of a CUDA graph)."""
         ids, pos = self.ids[:b], self.pos[:b]
-        mask, addr = self._decode_inputs(b)
+        mask, addr = self.decode_inputs(b)
         cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]  # [b, 1, D]
         h = self.lm.model.embed_tokens(ids[:, None])  # [b, 1, hidden]
         for layer, (k_cache, v_cache), (w_qkv, w_gu) in zip(self.layers, self.kv.layers, self.fused):
@@ -283,7 +273,7 @@ class ModelRunner:
         pos.add_(1)
         self.step_i.add_(1)
 
-    def _set_rows(self, seqs: list[Sequence], bucket: int) -> None:
+    def set_rows(self, seqs: list[Sequence], bucket: int) -> None:
         """Write the rows' state; rows past len(seqs) become padding (slot 0, page 0, greedy)."""
         ints = torch.zeros(5, bucket, dtype=torch.long)
         floats = torch.zeros(3, bucket, dtype=torch.float32)
@@ -303,12 +293,12 @@ class ModelRunner:
         how = sampler.mode([(s.temperature, s.top_k) for s in seqs], self.cfg.sampler_topk_cap, self.vocab)
         if self.graphs_on and (bucket, how) not in self.graphs:
             self.capture([bucket], how)
-        self._set_rows(seqs, bucket)
+        self.set_rows(seqs, bucket)
         for _ in range(steps):
             if self.graphs_on:
                 self.graphs[(bucket, how)].replay()
             else:
-                self._decode(bucket, how)
+                self.decode_step(bucket, how)
         n = len(seqs)
         tok = self.out_tok[:n, :steps].cpu()  # the one host sync of the chunk
         lp = self.out_lp[:n, :steps].cpu()
@@ -319,18 +309,18 @@ class ModelRunner:
         """Capture the decode step of each bucket (largest first, so smaller ones reuse its memory)."""
         assert self.graphs_on
         for b in sorted(buckets, reverse=True):
-            self._set_rows([], b)  # padding rows: warm-up and capture write only page 0
+            self.set_rows([], b)  # padding rows: warm-up and capture write only page 0
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):  # compile + autotune outside the capture
-                    self._decode(b, how)
+                    self.decode_step(b, how)
             torch.cuda.current_stream().wait_stream(stream)
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
-            self._set_rows([], b)
+            self.set_rows([], b)
             with torch.cuda.graph(graph, pool=self.pool):
-                self._decode(b, how)
+                self.decode_step(b, how)
             self.graphs[(b, how)] = graph
         torch.cuda.synchronize()

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from .config import LORA_TARGETS
+from ..engine.config import LORA_TARGETS
 
 
 def config(name_or_dict, **overrides):

@@ -6,7 +6,7 @@ gap alone cannot say whether the engine is wrong. This measures, on the same wei
 sampled completions, every forward against an fp32 one and the trainer's forward against itself with
 another attention kernel (the bf16 noise floor):
 
-    python -m rollout_bench.engine.logprob_gap --model qwen3-4b --out gap.json
+    python -m rollout_bench.diagnostics.logprob_gap --model qwen3-4b --out gap.json
 
 Forwards: `engine` (the logprobs the sampler returned), `hf_sdpa` (HF in the model's dtype with SDPA
 attention, as the trainer runs it, projected like TRL's loss head: fp32 output), `hf_eager` (the same
@@ -22,10 +22,11 @@ import time
 import torch
 
 from .. import atomic
+from ..engine import Engine, EngineConfig
+from ..engine.config import LORA_TARGETS
+from ..engine.correctness import reference_logits
 from ..workload import SAMPLING_PRESETS, Sampling
-from . import Engine, EngineConfig, random_model
-from .config import LORA_TARGETS
-from .model_runner import reference_logits
+from . import random_model
 
 PAIRS = (("engine", "hf_sdpa"), ("hf_eager", "hf_sdpa"), ("engine", "fp32"), ("hf_sdpa", "fp32"),
          ("hf_eager", "fp32"))
