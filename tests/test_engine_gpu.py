@@ -58,8 +58,8 @@ def test_offloaded_pristine_is_drift_free_and_holds_no_gpu_copy():
     double copy's bit for bit, through perturb+refresh cycles and a restore."""
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 
-    from rollout_bench.engine.config import LORA_TARGETS
     from rollout_bench.engine.lora import sha256
+    from rollout_bench.workload import LORA_TARGETS
 
     def peft(seed=0):
         base = random_model.build("qwen3-tiny", seed=seed, device="cuda", dtype=torch.bfloat16,

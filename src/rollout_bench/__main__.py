@@ -75,6 +75,8 @@ def _check_config(a):
 
 
 def main(argv=None):
+    from .workload import LORA_TARGETS
+
     ap = argparse.ArgumentParser(prog="python -m rollout_bench")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -92,7 +94,7 @@ def main(argv=None):
     p.add_argument("--spec", help="config.warmstart_spec JSON (warmstart)")
     p.add_argument("--rank", type=int, default=32)
     p.add_argument("--alpha", type=int, default=64)
-    p.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+    p.add_argument("--targets", default=",".join(LORA_TARGETS), help="comma-separated")
     p.add_argument("--init-std", type=float, default=1e-4)
     p.set_defaults(fn=_assets)
 

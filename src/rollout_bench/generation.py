@@ -28,14 +28,6 @@ def spec_from_workload(wl: dict, model_dir: str, adapter_dir: str | None, varian
     )
 
 
-def _cuda():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch.cuda if torch.cuda.is_available() else None
-
-
 @dataclass
 class Built:
     """A generator built (and gated) before measure(): its build time and the peak memory of the
@@ -47,7 +39,7 @@ class Built:
 
 
 def build(gen_factory, spec: GenSpec) -> Built:
-    cuda = _cuda()
+    cuda = envinfo.cuda()
     if cuda:
         cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -63,7 +55,7 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
     """Time `rounds` calls of generate over `prompts`; setup_s covers load + compile + warm-up.
     With `built`, the generator comes from there and its build counts into setup_s and the peaks
     (whatever ran between build and measure, a correctness gate, counts into neither)."""
-    cuda = _cuda()
+    cuda = envinfo.cuda()
     sync = cuda.synchronize if cuda else (lambda: None)
     if cuda:
         cuda.reset_peak_memory_stats()

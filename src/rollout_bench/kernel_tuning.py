@@ -6,7 +6,6 @@ candidate's decode-step time and the winner (diagnostics/decode_sweep.py). `opti
 flex job of batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
 to tune (the CPU path ignores kernel options): the file then says so and replays nothing.
 """
-import random
 import time
 
 from . import atomic, stats
@@ -16,7 +15,7 @@ def run(*, model: str, model_dir: str, batch_sizes: list[int], prompt_tokens: li
         dtype: str, out: str, seed: int = 0) -> dict:
     import torch
 
-    from .diagnostics import decode_sweep
+    from .diagnostics import decode_sweep, random_model
     from .engine import Engine, EngineConfig
 
     # the stats contract's common fields (env, GPU ids, start time); not a stats file, so not validated
@@ -33,9 +32,9 @@ def run(*, model: str, model_dir: str, batch_sizes: list[int], prompt_tokens: li
         cfg = EngineConfig(max_batch=max(batch_sizes), max_seq_len=hi + max_new_tokens, capture_all=False)
         engine = Engine.from_pretrained(model_dir, cfg, device="cuda", dtype=getattr(torch, dtype))
         record["setup_s"] = round(time.perf_counter() - t0, 3)
-        rng = random.Random(seed)  # token ids only set the context lengths; values don't change kernel time
         for b in sorted(batch_sizes):
-            prompts = [[rng.randrange(engine.runner.vocab) for _ in range(rng.randint(lo, hi))] for _ in range(b)]
+            # token ids only set the context lengths; values don't change kernel time
+            prompts = random_model.prompts(b, engine.runner.vocab, lo, hi, seed=seed + b)
             record["by_batch"][str(b)] = decode_sweep.step_sweep(engine, prompts, max_new_tokens)
     record["wall_s"] = round(time.perf_counter() - t0, 3)
     atomic.write_json(out, record)

@@ -19,9 +19,8 @@ from dataclasses import replace
 import torch
 
 from ..engine import Engine, EngineConfig, correctness, sampler
-from ..engine.config import LORA_TARGETS
 from ..engine.lora import sha256
-from ..workload import SAMPLING_PRESETS, Sampling
+from ..workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
 from . import random_model
 from .decode_sweep import device_ms, step_sweep
 
@@ -30,11 +29,6 @@ T0 = time.perf_counter()
 
 def log(msg):
     print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
-
-
-def random_prompts(n, vocab, lo=128, hi=256, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (int(k),), generator=g).tolist() for k in torch.randint(lo, hi + 1, (n,), generator=g)]
 
 
 def gb(x):
@@ -219,7 +213,7 @@ class Check:
         return correctness.check(self.engine, self.model, self.gate_prompts(), 16, self.tol)
 
     def prompts(self, n, seed):
-        return random_prompts(n, self.vocab, seed=seed)
+        return random_model.prompts(n, self.vocab, seed=seed)
 
 
 def base_phases(c: Check):

@@ -23,9 +23,8 @@ import torch
 
 from .. import atomic
 from ..engine import Engine, EngineConfig
-from ..engine.config import LORA_TARGETS
 from ..engine.correctness import reference_logits
-from ..workload import SAMPLING_PRESETS, Sampling
+from ..workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
 from . import random_model
 
 PAIRS = (("engine", "hf_sdpa"), ("hf_eager", "hf_sdpa"), ("engine", "fp32"), ("hf_sdpa", "fp32"),
@@ -103,9 +102,7 @@ def main(argv=None):
         set_peft_model_state_dict(model, state)
     fp32_model = None if a.no_fp32 else copy.deepcopy(model).float()
     vocab = model.config.vocab_size  # a PeftModel forwards config to its base
-    g = torch.Generator().manual_seed(0)
-    lens = torch.randint(128, 257, (a.prompts,), generator=g).tolist()
-    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
+    prompts = random_model.prompts(a.prompts, vocab, 128, 256, seed=0)
     # shared, not owned: the engine reads the weights the HF forwards read, as in GRPO
     engine = Engine(model, EngineConfig(max_batch=a.prompts, max_seq_len=256 + a.new_tokens, capture_all=False))
     sampling = Sampling.from_config(a.sampling, 3407)

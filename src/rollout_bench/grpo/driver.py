@@ -19,8 +19,9 @@ import torch
 
 from .. import isolation
 from ..assets import chat
+from ..workload import LORA_TARGETS
 from . import data, flex_rollout, rewards, trl_cpu
-from .config import LORA_TARGETS, TrainSpec, grpo_config
+from .config import TrainSpec, grpo_config
 from .phases import PHASES, PhaseClock
 from .stats_callback import StepStats
 from .wall_budget import WallBudget
