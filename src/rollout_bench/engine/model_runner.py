@@ -128,14 +128,27 @@ class ModelRunner:
         emb = lm.model.embed_tokens.weight
         self.device, self.dtype = emb.device, emb.dtype
         self.vocab = lm.lm_head.weight.shape[0]
-        attn = self.layers[0].self_attn
-        self.scale = attn.scaling
-        n_kv, head_dim = lm.config.num_key_value_heads, attn.head_dim
+        self.scale = self.layers[0].self_attn.scaling
+        self.allocate_kv_cache()
+        self.choose_kernels()
+        self.build_rope_tables()
+        self.allocate_decode_buffers()
+        self.graphs: dict[tuple[int, str], torch.cuda.CUDAGraph] = {}
+        self.pool = None
+
+    def allocate_kv_cache(self) -> None:
+        """The paged KV pool and its page table, as many pages as EngineConfig.pages gives."""
+        cfg, attn = self.cfg, self.layers[0].self_attn
+        n_kv, head_dim = self.lm.config.num_key_value_heads, attn.head_dim
         P = self.P = cfg.page_size
         num_pages = cfg.pages(KVCache.bytes_per_page(len(self.layers), n_kv, head_dim, P, self.dtype))
         self.pages = PageTable(num_pages, P, cfg.max_batch, cfg.max_pages_per_seq, self.device)
         self.kv = KVCache(len(self.layers), n_kv, head_dim, num_pages, P, self.dtype, self.device)
         self.kv_len = num_pages * P
+
+    def choose_kernels(self) -> None:
+        """Compiled (CUDA) or eager layer pieces and attention, the graph buckets, flex kernel options."""
+        cfg = self.cfg
         on_cuda = self.device.type == "cuda"
         self.graphs_on = cfg.cuda_graphs and on_cuda
         compile_on = on_cuda if cfg.compile is None else cfg.compile
@@ -152,14 +165,18 @@ class ModelRunner:
         opts, self.q_block = fa4.prefill_options(cfg.fa4_prefill, self.device, cfg.prefill_kernel_options)
         self.prefill_opts = (opts or None) if on_cuda else None
 
-        with torch.no_grad():
-            # RoPE tables from the model's own rotary module: cos/sin of position p are an outer
-            # product, so gathering rows of the table gives HF's values bit for bit.
-            pos = torch.arange(cfg.max_seq_len, device=self.device)[None]  # [1, S]
-            cos, sin = lm.model.rotary_emb(emb[:1][None], pos)  # [1, S, D]
-            self.cos, self.sin = cos[0], sin[0]
+    @torch.no_grad()
+    def build_rope_tables(self) -> None:
+        # RoPE tables from the model's own rotary module: cos/sin of position p are an outer
+        # product, so gathering rows of the table gives HF's values bit for bit.
+        emb = self.lm.model.embed_tokens.weight
+        pos = torch.arange(self.cfg.max_seq_len, device=self.device)[None]  # [1, S]
+        cos, sin = self.lm.model.rotary_emb(emb[:1][None], pos)  # [1, S, D]
+        self.cos, self.sin = cos[0], sin[0]
 
-        # Static decode buffers: graphs read and write these addresses on every replay.
+    def allocate_decode_buffers(self) -> None:
+        """Static decode buffers: graphs read and write these addresses on every replay."""
+        cfg = self.cfg
         B, dev = cfg.max_batch, self.device
         self.ints = torch.zeros(5, B, dtype=torch.long, device=dev)  # ids, pos, slot, top_k, seed
         self.floats = torch.zeros(3, B, dtype=torch.float32, device=dev)  # temperature, top_p, min_p
@@ -173,8 +190,6 @@ class ModelRunner:
         n_prefill = max(cfg.max_prefill_tokens, cfg.max_seq_len)
         self.doc_start = torch.zeros(-(-n_prefill // self.q_block) * self.q_block, dtype=torch.long, device=dev)
         self._prefill_mask = self._make_prefill_mask()
-        self.graphs: dict[tuple[int, str], torch.cuda.CUDAGraph] = {}
-        self.pool = None
 
     # the masks close over fixed buffers, so compiled code sees one mask_mod function, never a new one
     def _make_decode_mask(self):
