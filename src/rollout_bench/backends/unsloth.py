@@ -20,8 +20,8 @@ NEEDS_GPU = True
 VARIANTS = ("default", "4bit")
 ENV = {"UNSLOTH_DISABLE_STATISTICS": "1", "HF_HUB_OFFLINE": "1"}  # GPU hosts have no network
 INSTALL = ("install the 'unsloth' group: conda env envs/unsloth.yaml, or offline "
-           "`python -m rollout_bench.wheelhouse build unsloth --constraints <host packages>` here and "
-           "`python -m rollout_bench.wheelhouse install .wheelhouse/unsloth --target DIR` on the GPU host")
+           "`python -m rollout_bench.deploy.wheelhouse build unsloth --constraints <host packages>` here, carry "
+           "it, then `bash workflow/scripts/offline_gpu_host.sh` on the GPU host (README: Offline GPU hosts)")
 
 
 def unavailable(variant, gpu_count):
