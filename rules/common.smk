@@ -75,7 +75,7 @@ def code(*entries, skip_lazy=()):
 
 def backend_sources(wc):
     """Editing a backend's code reruns that backend's jobs only (docs/design.md §2)."""
-    return code("__main__:_generate", "gpu_lease", f"backends.{wc.backend}",
+    return code("cli:_generate", "gpu_lease", f"backends.{wc.backend}",
                 skip_lazy=rb_sources.other_backends(wc.backend, rb_backends.NAMES))
 
 

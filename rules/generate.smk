@@ -39,7 +39,7 @@ rule generate:
 rule autotune:
     input:
         model=model_input,
-        code=code("__main__:_autotune", "gpu_lease"),
+        code=code("cli:_autotune", "gpu_lease"),
     output:
         "results/autotune/{model}/decode_opts.json",
     params:

@@ -4,7 +4,7 @@
 rule aggregate_generate:
     input:
         stats=GEN_STATS,
-        code=code("__main__:_aggregate"),
+        code=code("cli:_aggregate"),
     output:
         "results/summary/generate.csv",
     log:
@@ -18,7 +18,7 @@ rule aggregate_generate:
 rule render_generate:
     input:
         summary="results/summary/generate.csv",
-        code=code("__main__:_render"),
+        code=code("cli:_render"),
     output:
         table=report("results/tables/generate.md", caption="../workflow/report/generate_table.rst",
                      category="Generation"),

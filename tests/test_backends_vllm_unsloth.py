@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from rollout_bench import ROOT, backends, envinfo
-from rollout_bench import wheelhouse as wh
 from rollout_bench.backends import hf_generate, hf_model
 from rollout_bench.backends import unsloth as us
 from rollout_bench.backends import vllm as vb
+from rollout_bench.deploy import wheelhouse as wh
+from rollout_bench.grpo import availability
 from rollout_bench.workload import SAMPLING_PRESETS, GenSpec, Sampling
 
 
@@ -47,16 +48,16 @@ def test_unsloth_skipped_without_unsloth():
 
 @pytest.mark.parametrize("mod,name", [(vb, "vllm"), (us, "unsloth")])
 def test_reason_names_the_package_and_what_installs_it(monkeypatch, mod, name):
-    versions(monkeypatch, torch="2.13.0")
-    reason = mod.unavailable("default", 1)
-    assert f"package(s) {name} not installed" in reason
-    assert f"envs/{name}.yaml" in reason and f"wheelhouse build {name}" in reason and "install" in reason
+    versions(monkeypatch, torch="2.13.0", transformers="5.17.0", peft="0.19.0", trl="1.15.0")
+    for reason in (backends.unavailable(name, "default", 1), availability.unavailable(name, 1)):
+        assert f"package(s) {name} not installed" in reason and mod.INSTALL in reason
+        assert f"envs/{name}.yaml" in reason and f"wheelhouse build {name}" in reason and "install" in reason
 
 
 @pytest.mark.parametrize("mod,name", [(vb, "vllm"), (us, "unsloth")])
 def test_reason_when_installed_but_broken_or_no_gpu(monkeypatch, mod, name):
     versions(monkeypatch, torch="2.11.0", **{name: "9.9"})
-    assert "needs a CUDA GPU" in mod.unavailable("default", 0)
+    assert "needs a CUDA GPU" in backends.unavailable(name, "default", 0)
     monkeypatch.setitem(sys.modules, name, None)  # `import name` raises ImportError
     for k in list(vb.ENV) + list(us.ENV):
         monkeypatch.delenv(k, raising=False)
@@ -302,7 +303,7 @@ def wheel_source(project: str, version: str, member: str) -> str:
             return wh.open_wheel(d, project).read(member).decode()
     for w in root.glob(f"**/{project.replace('-', '_')}-{version}-*.whl"):
         return zipfile.ZipFile(w).read(member).decode()
-    pytest.skip(f"no {project}=={version} wheel under {root}: python -m rollout_bench.wheelhouse build "
+    pytest.skip(f"no {project}=={version} wheel under {root}: python -m rollout_bench.deploy.wheelhouse build "
                 f"{'vllm' if project == 'vllm' else 'unsloth'}")
 
 

@@ -6,7 +6,8 @@ from collections import Counter
 import pytest
 import torch
 
-from rollout_bench.engine import Engine, EngineConfig, random_model
+from rollout_bench.diagnostics import random_model
+from rollout_bench.engine import Engine, EngineConfig
 from rollout_bench.engine.sampler import request_seed
 from rollout_bench.workload import Sampling
 

@@ -3,7 +3,8 @@ replays equal to the uncompiled eager path for sampled GRPO groups under preempt
 import pytest
 import torch
 
-from rollout_bench.engine import Engine, EngineConfig, random_model
+from rollout_bench.diagnostics import random_model
+from rollout_bench.engine import Engine, EngineConfig
 from rollout_bench.workload import Sampling
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -57,8 +58,8 @@ def test_offloaded_pristine_is_drift_free_and_holds_no_gpu_copy():
     double copy's bit for bit, through perturb+refresh cycles and a restore."""
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 
-    from rollout_bench.engine.config import LORA_TARGETS
     from rollout_bench.engine.lora import sha256
+    from rollout_bench.workload import LORA_TARGETS
 
     def peft(seed=0):
         base = random_model.build("qwen3-tiny", seed=seed, device="cuda", dtype=torch.bfloat16,
@@ -88,11 +89,11 @@ def test_offloaded_pristine_is_drift_free_and_holds_no_gpu_copy():
 
 
 def test_step_sweep_times_every_candidate_and_leaves_engine_usable(model):
-    from rollout_bench.engine import autotune
+    from rollout_bench.diagnostics import decode_sweep
 
     engine = Engine(model, config())
     ps = prompts(6, seed=4)
-    res = autotune.step_sweep(engine, ps, 24, candidates=({}, {"num_warps": 4}), rounds=2)
+    res = decode_sweep.step_sweep(engine, ps, 24, candidates=({}, {"num_warps": 4}), rounds=2)
     assert set(res["step_ms"]) == {"{}", '{"num_warps": 4}'}
     assert all(isinstance(v, float) and v > 0 for v in res["step_ms"].values()), res
     assert res["rows"] == 6 and not engine.scheduler.has_work

@@ -2,12 +2,11 @@
 import pytest
 import torch
 
-from rollout_bench.engine import Engine, EngineConfig, random_model
+from rollout_bench.diagnostics import random_model
+from rollout_bench.engine import Engine, EngineConfig
 from rollout_bench.engine.lora import DoubleCopy, load_adapter, sha256
+from rollout_bench.workload import LORA_TARGETS as TARGETS
 from rollout_bench.workload import Sampling
-
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

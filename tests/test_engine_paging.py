@@ -3,7 +3,8 @@ BlockMask's block lists agree with its mask_mod, and flex_attention agrees with 
 import pytest
 import torch
 
-from rollout_bench.engine import EngineConfig, random_model
+from rollout_bench.diagnostics import random_model
+from rollout_bench.engine import EngineConfig
 from rollout_bench.engine.model_runner import (
     ModelRunner,
     decode_attention,
@@ -83,8 +84,8 @@ def test_decode_block_mask_consistent_with_mask_mod(runner):
     seqs = [seq(i, n) for i, n in enumerate(lengths)]
     for s, slot in zip(seqs, slots):
         s.slot = slot
-    runner._set_rows(seqs, 4)  # row 3 is padding
-    mask, addr = runner._decode_inputs(4)
+    runner.set_rows(seqs, 4)  # row 3 is padding
+    mask, addr = runner.decode_inputs(4)
     dense = mask.mask_mod(torch.arange(4)[:, None], 0, 0, torch.arange(runner.kv_len)[None, :])  # [4, KV]
     for row in range(4):
         pos = seqs[row].num_tokens - 1 if row < 3 else 0
@@ -111,8 +112,8 @@ def test_flex_attention_agrees_with_dense_path(runner):
     pt.sync()
     seqs = [seq(0, 20), seq(1, 40)]
     seqs[0].slot, seqs[1].slot = slots
-    runner._set_rows(seqs, 2)
-    mask, _ = runner._decode_inputs(2)
+    runner.set_rows(seqs, 2)
+    mask, _ = runner.decode_inputs(2)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, 1, 16, generator=g)
     k, v = (torch.randn(1, 2, runner.kv_len, 16, generator=g) for _ in range(2))

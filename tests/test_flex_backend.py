@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from rollout_bench.backends import flex, hf_generate, hf_model
-from rollout_bench.engine import random_model
+from rollout_bench.diagnostics import random_model
 from rollout_bench.workload import GenSpec, Sampling
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [100, 200, 300, 400, 500, 600, 700], [42] * 11, list(range(300, 340))]

@@ -7,8 +7,8 @@ import torch
 
 from rollout_bench import stats
 from rollout_bench.grpo import availability, compare, driver, flex_rollout, job, report
-from rollout_bench.grpo.config import LORA_TARGETS, TrainSpec
-from rollout_bench.workload import SAMPLING_PRESETS, Sampling
+from rollout_bench.grpo.config import TrainSpec
+from rollout_bench.workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
 
 STEPS = 3
 WORKLOAD = {"lora_rank": 32, "lora_alpha": 64, "num_generations": 4, "max_new_tokens": 16, "ignore_eos": False,

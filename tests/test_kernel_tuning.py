@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rollout_bench import kernel_tuning
-from rollout_bench.engine import autotune
+from rollout_bench.diagnostics import decode_sweep
 
 
 def record(**best):
@@ -22,10 +22,10 @@ def test_options_for_picks_smallest_tuned_batch_at_least_the_jobs():
 
 
 def test_best_options_needs_a_real_gain_over_the_default():
-    assert autotune.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': 0.99}) == {}  # within MIN_GAIN: keep default
-    assert autotune.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': 0.9}) == {"SPLIT_KV": 2}
-    assert autotune.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': "RuntimeError('no')"}) == {}
-    assert autotune.best_options({'{"SPLIT_KV": 2}': 0.5}) == {}  # no default timed: nothing to compare
+    assert decode_sweep.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': 0.99}) == {}  # within MIN_GAIN: keep default
+    assert decode_sweep.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': 0.9}) == {"SPLIT_KV": 2}
+    assert decode_sweep.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': "RuntimeError('no')"}) == {}
+    assert decode_sweep.best_options({'{"SPLIT_KV": 2}': 0.5}) == {}  # no default timed: nothing to compare
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the record written without CUDA")
@@ -50,13 +50,13 @@ def test_to_mid_generation_stops_half_way_whatever_the_decode_chunk(tiny_assets)
     engine = Engine.from_pretrained(tiny_assets["model"], cfg)
     rng = random.Random(0)
     prompts = [[rng.randrange(engine.runner.vocab) for _ in range(rng.randint(20, 40))] for _ in range(4)]
-    running = autotune.to_mid_generation(engine, prompts, new_tokens=128, timed_steps=16)
+    running = decode_sweep.to_mid_generation(engine, prompts, new_tokens=128, timed_steps=16)
     assert len(running) == 4 and [s.num_generated for s in running] == [64] * 4
     # every row has its timed chunk's pages: the graph replays write inside the sequence's own pages
     assert all(engine.runner.pages.pages_needed(s.num_tokens - 1 + 16, s.slot) == 0 for s in running)
     engine.abort()
-    short = autotune.to_mid_generation(engine, prompts[:2], new_tokens=24, timed_steps=16)
+    short = decode_sweep.to_mid_generation(engine, prompts[:2], new_tokens=24, timed_steps=16)
     assert [s.remaining for s in short] == [16, 16]  # short runs keep a full timed chunk to go
     engine.abort()
     with pytest.raises(AssertionError, match="above the timed chunk"):
-        autotune.to_mid_generation(engine, prompts, new_tokens=16, timed_steps=16)
+        decode_sweep.to_mid_generation(engine, prompts, new_tokens=16, timed_steps=16)

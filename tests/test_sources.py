@@ -9,7 +9,7 @@ ENGINE = f"{SRC}/engine/engine.py"
 
 
 def generate(backend):
-    return sources.closure(["__main__:_generate", "gpu_lease", f"backends.{backend}"],
+    return sources.closure(["cli:_generate", "gpu_lease", f"backends.{backend}"],
                            sources.other_backends(backend, backends.NAMES))
 
 
@@ -20,7 +20,7 @@ def train(backend):
 def test_cb_sync_closure_holds_the_backend_it_imports():
     files = generate("cb_sync")
     assert {f"{SRC}/backends/transformers_cb.py", f"{SRC}/backends/hf_model.py", f"{SRC}/backends/cb_sync.py",
-            f"{SRC}/generation.py", f"{SRC}/kernel_tuning.py", f"{SRC}/gpu_lease.py", f"{SRC}/__main__.py",
+            f"{SRC}/generation.py", f"{SRC}/kernel_tuning.py", f"{SRC}/gpu_lease.py", f"{SRC}/cli.py",
             f"{SRC}/__init__.py", f"{SRC}/backends/__init__.py", f"{SRC}/assets/__init__.py",
             "workflow/schemas/stats.schema.json"} <= set(files)
     assert ENGINE not in files and f"{SRC}/backends/flex.py" not in files and f"{SRC}/render.py" not in files
@@ -48,13 +48,13 @@ def test_train_closure_follows_lazy_imports_of_its_own_backend_only():
 
 def test_report_closures():
     assert f"{SRC}/render.py" in sources.closure(["grpo.cli:_render"])  # grpo/report.py imports save_chart from it
-    assert sources.closure(["__main__:_render"]) == [f"{SRC}/{f}" for f in ("__init__.py", "__main__.py",
-                                                                            "atomic.py", "render.py")]
+    assert sources.closure(["cli:_render"]) == [f"{SRC}/{f}" for f in ("__init__.py", "atomic.py", "cli.py",
+                                                                       "render.py")]
     # a handler's closure holds its own imports, not the other handlers' of the same module
-    assert f"{SRC}/aggregate.py" in sources.closure(["__main__:_aggregate"])
-    assert f"{SRC}/generation.py" not in sources.closure(["__main__:_aggregate"])
+    assert f"{SRC}/aggregate.py" in sources.closure(["cli:_aggregate"])
+    assert f"{SRC}/generation.py" not in sources.closure(["cli:_aggregate"])
 
 
 def test_unknown_handler_fails_loudly():
     with pytest.raises(LookupError, match="_nope"):
-        sources.closure(["__main__:_nope"])
+        sources.closure(["cli:_nope"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_bench import wheelhouse as wh
+from rollout_bench.deploy import wheelhouse as wh
 
 ENV312 = wh.target_environment("3.12", wh.platform_tags("manylinux_x86_64"))
 
@@ -321,3 +321,26 @@ def test_build_in_batches_installs_from_the_batch_folders(tmp_path, monkeypatch)
     assert sorted(p.name for p in out.iterdir()) == batches + ["manifest.json"]
     wh.install(out, tmp_path / "site")
     assert (tmp_path / "site" / "bigdep" / "blob.bin").exists()
+
+
+def test_offline_gpu_host_installs_carried_wheelhouses_once_then_runs(tmp_path):
+    """workflow/scripts/offline_gpu_host.sh on a checkout that carries .wheelhouse/<group>/ (install, run)."""
+    root = Path(__file__).resolve().parents[1]
+    checkout, site = tmp_path / "checkout", tmp_path / "site"
+    house = checkout / ".wheelhouse" / "tiny"
+    house.mkdir(parents=True)
+    (checkout / "src").symlink_to(root / "src")
+    a = make_wheel(house, "tinypkg_c", "0.3", {"tinypkg_c/__init__.py": "VALUE = 'carried'\n# " + "z" * 4000 + "\n"})
+    wh.write_manifest(house, {"files": [wh.add_file(a, 1500, project="tinypkg-c", version="0.3")]})
+    env = {**os.environ, "SITE": str(site)}
+    env.pop("WHEELS", None)
+    script = str(root / "workflow/scripts/offline_gpu_host.sh")
+    r = subprocess.run(["bash", script, "--version"], cwd=checkout, env=env, capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    assert (site / "tinypkg_c" / "__init__.py").read_text().startswith("VALUE = 'carried'")  # reassembled
+    assert (site / ".installed").exists()
+    (site / "tinypkg_c" / "__init__.py").unlink()
+    r = subprocess.run(["bash", script, "--version"], cwd=checkout, env=env, capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0 and not (site / "tinypkg_c" / "__init__.py").exists()  # installed once per SITE

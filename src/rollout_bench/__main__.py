@@ -1,142 +1,21 @@
-"""Command line of the pipeline's jobs: `python -m rollout_bench <command> ...` (rules call these)."""
+"""`python -m rollout_bench <command> ...` (rules call these): each area's cli module registers its
+commands with `add_commands`; this only dispatches, and turns a config or gate error into one line."""
 import argparse
-import json
 import sys
 
 
-def _assets(a):
-    if a.what == "tokenizer":
-        from .assets import tokenizer
-        tokenizer.build(a.out, vocab_size=a.vocab_size)
-    elif a.what == "dataset":
-        from .assets import dataset
-        dataset.build(a.out, a.n, a.seed)
-    elif a.what == "model":
-        from .assets import model
-        model.build(a.config, a.out, a.tokenizer, a.seed)
-    elif a.what == "learnable":
-        from .assets import learnable
-        learnable.build(a.out, a.n, a.n_test, a.seed)
-    elif a.what == "warmstart":
-        from .assets import warmstart
-        warmstart.build(a.model, a.dataset, a.out, *warmstart.specs(json.loads(a.spec)))
-    elif a.what == "lora":
-        from .assets import lora
-        lora.build(a.model, a.out, a.rank, a.alpha, a.targets.split(","), a.init_std, a.seed)
-        print(json.dumps(lora.check(a.out)))
-
-
-def _generate(a):
-    from . import generation
-    rec = generation.run_job(backend=a.backend, variant=a.variant, model=a.model, case=a.case,
-                             workload=json.loads(a.workload), model_dir=a.model_dir,
-                             adapter_dir=a.adapter or None, dataset_dir=a.dataset, out=a.out,
-                             autotune=a.autotune or None)
-    print(json.dumps({k: rec.get(k) for k in ("status", "reason", "decode_tps", "setup_s")}))
-
-
-def _autotune(a):
-    from . import kernel_tuning
-    wl = json.loads(a.workload)
-    rec = kernel_tuning.run(model=a.model, model_dir=a.model_dir, batch_sizes=[int(b) for b in a.batch_sizes.split(",")],
-                            prompt_tokens=wl["prompt_tokens"], max_new_tokens=wl["max_new_tokens"], dtype=wl["dtype"],
-                            out=a.out)
-    print(json.dumps({"status": rec["status"], "best": {b: r["best"] for b, r in rec["by_batch"].items()}}))
-
-
-def _aggregate(a):
-    from . import aggregate
-    aggregate.write_csv(aggregate.generation_frame(a.stats), a.out)
-
-
-def _render(a):
-    import pandas as pd
-
-    from . import atomic, render
-    df = pd.read_csv(a.summary)
-    table = render.generation_table(df, a.reference)
-    if a.versus:
-        table += "\n" + render.head_to_head(df, *a.versus.split(","))
-    atomic.write_text(a.table, table)
-    render.save_chart(render.tps_vs_batch(df), a.chart_batch_html, a.chart_batch_svg)
-    render.save_chart(render.tps_vs_memory(df), a.chart_memory_html, a.chart_memory_svg)
-
-
-def _publish(a):
-    from .publish import publish
-    print(publish(a.name, a.command, a.config))
-
-
-def _check_config(a):
-    from . import config
-    cfg = config.load(a.config)
-    print(json.dumps({"profile": cfg["profile"], "models": cfg["models"],
-                      "generate_jobs": len(config.gen_jobs(cfg))}))
-
-
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m rollout_bench")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-
-    p = sub.add_parser("assets", help="build an offline asset")
-    p.add_argument("what", choices=["tokenizer", "dataset", "learnable", "model", "warmstart", "lora"])
-    p.add_argument("--out", required=True)
-    p.add_argument("--vocab-size", type=int, default=4096)
-    p.add_argument("--n", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--config", help="model config JSON")
-    p.add_argument("--tokenizer", help="tokenizer dir copied into the model dir")
-    p.add_argument("--n-test", type=int, default=256, help="held-out problems (learnable)")
-    p.add_argument("--model", help="model dir (lora, warmstart)")
-    p.add_argument("--dataset", help="learnable dataset dir (warmstart)")
-    p.add_argument("--spec", help="config.warmstart_spec JSON (warmstart)")
-    p.add_argument("--rank", type=int, default=32)
-    p.add_argument("--alpha", type=int, default=64)
-    p.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
-    p.add_argument("--init-std", type=float, default=1e-4)
-    p.set_defaults(fn=_assets)
-
-    p = sub.add_parser("generate", help="one generation benchmark job -> stats JSON")
-    for k in ("backend", "variant", "model", "case", "workload", "model-dir", "dataset", "out"):
-        p.add_argument(f"--{k}", required=True)
-    p.add_argument("--adapter", default="")
-    p.add_argument("--autotune", default="", help="kernel_tuning record to replay (flex)")
-    p.set_defaults(fn=_generate)
-
-    p = sub.add_parser("autotune", help="measure flex's decode kernel options for a model -> JSON")
-    for k in ("model", "model-dir", "workload", "out"):
-        p.add_argument(f"--{k}", required=True)
-    p.add_argument("--batch-sizes", required=True, help="comma-separated")
-    p.set_defaults(fn=_autotune)
-
-    p = sub.add_parser("aggregate", help="stats JSONs -> summary CSV")
-    p.add_argument("--out", required=True)
-    p.add_argument("stats", nargs="+")
-    p.set_defaults(fn=_aggregate)
-
-    p = sub.add_parser("render", help="summary CSV -> tables and charts")
-    for k in ("summary", "reference", "table", "chart-batch-html", "chart-batch-svg",
-              "chart-memory-html", "chart-memory-svg"):
-        p.add_argument(f"--{k}", required=True)
-    p.add_argument("--versus", default="", help="A,B: a head-to-head section, A / B on every case and batch")
-    p.set_defaults(fn=_render)
-
-    p = sub.add_parser("publish", help="copy this run's stats, tables and charts to results/published/NAME")
-    p.add_argument("name")
-    p.add_argument("--command", required=True, help="the exact command that produced the results")
-    p.add_argument("--config", default="config/config.yaml")
-    p.set_defaults(fn=_publish)
-
-    p = sub.add_parser("check-config", help="validate and resolve a config file")
-    p.add_argument("config", nargs="?", default="config/config.yaml")
-    p.set_defaults(fn=_check_config)
-
-    from .grpo import cli as grpo_cli
-    grpo_cli.add_commands(sub)
-
-    a = ap.parse_args(argv)
+    from . import cli
+    from .assets import cli as assets_cli
     from .assets.warm_card import GateError
     from .config import ConfigError
+    from .grpo import cli as grpo_cli
+
+    ap = argparse.ArgumentParser(prog="python -m rollout_bench")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for commands in (assets_cli, cli, grpo_cli):
+        commands.add_commands(sub)
+    a = ap.parse_args(argv)
     try:
         a.fn(a)
     except (ConfigError, GateError) as e:  # one clear line on stderr, non-zero exit, no output written

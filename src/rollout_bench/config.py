@@ -13,7 +13,7 @@ import yaml
 from . import MODEL_CONFIGS, ROOT, SCHEMAS, backends, envinfo
 from .assets import dataset as dataset_assets
 from .assets import model as model_assets
-from .workload import Sampling
+from .workload import LORA_TARGETS, Sampling
 
 
 class ConfigError(ValueError):
@@ -133,6 +133,7 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
     merged = _deep_merge(_deep_merge(top, overlay), mine)
     merged["profiles"] = overlays  # validated with the rest: an unknown profile name is a typo
     cfg = validate(merged)
+    cfg["lora"].setdefault("targets", list(LORA_TARGETS))  # the one list: the schema does not repeat it
     del cfg["profiles"]
     cfg["profile"] = profile
     _check(cfg)

@@ -19,6 +19,15 @@ def version(pkg: str) -> str | None:
         return None
 
 
+def cuda():
+    """torch.cuda when torch imports and a GPU is visible, else None: where peak memory is read."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.cuda if torch.cuda.is_available() else None
+
+
 def gpu_ids() -> list[int]:
     raw = os.environ.get(GPU_IDS_VAR, "")
     return [int(x) for x in raw.split(",") if x.strip()]

@@ -28,14 +28,6 @@ def spec_from_workload(wl: dict, model_dir: str, adapter_dir: str | None, varian
     )
 
 
-def _cuda():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch.cuda if torch.cuda.is_available() else None
-
-
 @dataclass
 class Built:
     """A generator built (and gated) before measure(): its build time and the peak memory of the
@@ -47,7 +39,7 @@ class Built:
 
 
 def build(gen_factory, spec: GenSpec) -> Built:
-    cuda = _cuda()
+    cuda = envinfo.cuda()
     if cuda:
         cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -63,42 +55,12 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
     """Time `rounds` calls of generate over `prompts`; setup_s covers load + compile + warm-up.
     With `built`, the generator comes from there and its build counts into setup_s and the peaks
     (whatever ran between build and measure, a correctness gate, counts into neither)."""
-    cuda = _cuda()
+    cuda = envinfo.cuda()
     sync = cuda.synchronize if cuda else (lambda: None)
-    if cuda:
-        cuda.reset_peak_memory_stats()
     n = spec.num_generations
-    t0 = time.perf_counter()
-    gen = built.gen if built else gen_factory(spec)
-    if warmup:
-        gen.generate(warmup, n)
-    sync()
-    setup_s = time.perf_counter() - t0 + (built.build_s if built else 0.0)
-
-    walls, outs = [], None
-    per_round = []
-    with isolation.window() as window:  # the other leases that overlap the rounds are named in the stats
-        for _ in range(rounds):
-            sync()
-            t = time.perf_counter()
-            outs = gen.generate(prompts, n)
-            sync()
-            wall = time.perf_counter() - t
-            assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
-            tokens = sum(map(len, outs))
-            walls.append(wall)
-            per_round.append({"wall_s": round(wall, 6), "decoded_tokens": tokens})
-
-    peak = {"allocated": None, "reserved": None}
-    if cuda:
-        b = built or Built(None, 0.0)
-        peak = {"allocated": round(max(cuda.max_memory_allocated(), b.peak_allocated or 0) / 1e9, 3),
-                "reserved": round(max(cuda.max_memory_reserved(), b.peak_reserved or 0) / 1e9, 3)}
-    engine_info = {**getattr(gen, "info", lambda: {})(), **getattr(gen, "memory", lambda: {})()}
-    # the engine's own pool (KV blocks, vLLM's reservation) sits beside torch's peak counters
-    for k, v in engine_info.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and (k == "reserved" or k.endswith("_gb")):
-            peak["engine_reserved_gb" if k == "reserved" else k] = v
+    gen, setup_s = set_up(gen_factory, spec, warmup, built, cuda, sync)
+    walls, outs, per_round, window = timed_rounds(gen, prompts, n, rounds, sync)
+    peak, engine_info = memory(gen, cuda, built)
     getattr(gen, "close", lambda: None)()
 
     med = statistics.median(walls)
@@ -125,6 +87,51 @@ def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[l
             "isolation": isolation.record(window),
         },
     }
+
+
+def set_up(gen_factory, spec: GenSpec, warmup: list[list[int]], built: Built | None, cuda, sync):
+    """-> (generator, setup s): built (or taken from `built`) and warmed up; peak counters reset first."""
+    if cuda:
+        cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    gen = built.gen if built else gen_factory(spec)
+    if warmup:
+        gen.generate(warmup, spec.num_generations)
+    sync()
+    return gen, time.perf_counter() - t0 + (built.build_s if built else 0.0)
+
+
+def timed_rounds(gen, prompts: list[list[int]], n: int, rounds: int, sync):
+    """-> (walls, last round's outputs, per-round records, isolation window) of `rounds` generate calls."""
+    walls, outs = [], None
+    per_round = []
+    with isolation.window() as window:  # the other leases that overlap the rounds are named in the stats
+        for _ in range(rounds):
+            sync()
+            t = time.perf_counter()
+            outs = gen.generate(prompts, n)
+            sync()
+            wall = time.perf_counter() - t
+            assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
+            tokens = sum(map(len, outs))
+            walls.append(wall)
+            per_round.append({"wall_s": round(wall, 6), "decoded_tokens": tokens})
+    return walls, outs, per_round, window
+
+
+def memory(gen, cuda, built: Built | None) -> tuple[dict, dict]:
+    """-> (peak GB, the engine's info): torch's peaks over build and rounds, beside the engine's own pool."""
+    peak = {"allocated": None, "reserved": None}
+    if cuda:
+        b = built or Built(None, 0.0)
+        peak = {"allocated": round(max(cuda.max_memory_allocated(), b.peak_allocated or 0) / 1e9, 3),
+                "reserved": round(max(cuda.max_memory_reserved(), b.peak_reserved or 0) / 1e9, 3)}
+    engine_info = {**getattr(gen, "info", lambda: {})(), **getattr(gen, "memory", lambda: {})()}
+    # the engine's own pool (KV blocks, vLLM's reservation) sits beside torch's peak counters
+    for k, v in engine_info.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and (k == "reserved" or k.endswith("_gb")):
+            peak["engine_reserved_gb" if k == "reserved" else k] = v
+    return peak, engine_info
 
 
 def check_lengths(outs: list[list[int]], spec: GenSpec) -> str | None:

@@ -2,11 +2,10 @@
 every flex job of that model.
 
 `run` writes results/autotune/{model}/decode_opts.json: for each batch size it tuned, every
-candidate's decode-step time and the winner (engine/autotune.py). `options_for` picks the entry a
+candidate's decode-step time and the winner (diagnostics/decode_sweep.py). `options_for` picks the entry a
 flex job of batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
 to tune (the CPU path ignores kernel options): the file then says so and replays nothing.
 """
-import random
 import time
 
 from . import atomic, stats
@@ -16,14 +15,15 @@ def run(*, model: str, model_dir: str, batch_sizes: list[int], prompt_tokens: li
         dtype: str, out: str, seed: int = 0) -> dict:
     import torch
 
-    from .engine import Engine, EngineConfig, autotune
+    from .diagnostics import decode_sweep, random_model
+    from .engine import Engine, EngineConfig
 
     # the stats contract's common fields (env, GPU ids, start time); not a stats file, so not validated
     record = stats.base("autotune", backend="flex", variant="graphs", model=model,
                         workload={"batch_sizes": sorted(batch_sizes), "prompt_tokens": prompt_tokens,
                                   "max_new_tokens": max_new_tokens, "dtype": dtype, "seed": seed})
     t0 = record.pop("_t0")
-    record.update(candidates=[dict(c) for c in autotune.CANDIDATES], min_gain=autotune.MIN_GAIN, by_batch={})
+    record.update(candidates=[dict(c) for c in decode_sweep.CANDIDATES], min_gain=decode_sweep.MIN_GAIN, by_batch={})
     if not torch.cuda.is_available():
         record.update(status="skipped", reason="no CUDA device: flex's CPU path ignores kernel options, so flex "
                                                "jobs replay none; run on a GPU host to tune them")
@@ -32,10 +32,10 @@ def run(*, model: str, model_dir: str, batch_sizes: list[int], prompt_tokens: li
         cfg = EngineConfig(max_batch=max(batch_sizes), max_seq_len=hi + max_new_tokens, capture_all=False)
         engine = Engine.from_pretrained(model_dir, cfg, device="cuda", dtype=getattr(torch, dtype))
         record["setup_s"] = round(time.perf_counter() - t0, 3)
-        rng = random.Random(seed)  # token ids only set the context lengths; values don't change kernel time
         for b in sorted(batch_sizes):
-            prompts = [[rng.randrange(engine.runner.vocab) for _ in range(rng.randint(lo, hi))] for _ in range(b)]
-            record["by_batch"][str(b)] = autotune.step_sweep(engine, prompts, max_new_tokens)
+            # token ids only set the context lengths; values don't change kernel time
+            prompts = random_model.prompts(b, engine.runner.vocab, lo, hi, seed=seed + b)
+            record["by_batch"][str(b)] = decode_sweep.step_sweep(engine, prompts, max_new_tokens)
     record["wall_s"] = round(time.perf_counter() - t0, 3)
     atomic.write_json(out, record)
     return record

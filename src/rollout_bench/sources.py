@@ -132,7 +132,8 @@ def closure(entries, skip_lazy=()) -> list[str]:
 
 
 def other_backends(backend: str, names) -> list[str]:
-    """Code only other backends run: their `backends.<name>` module, and the engine unless `backend` is flex."""
+    """Code only other backends run: their `backends.<name>` module, and the engine and its diagnostics
+    (the autotune pass's decode sweep, which `kernel_tuning` imports lazily) unless `backend` is flex."""
     own = {name: [f"backends.{name}"] for name in names}
-    own.setdefault("flex", []).append("engine")
+    own.setdefault("flex", []).extend(["engine", "diagnostics"])
     return [m for name, mods in own.items() if name != backend for m in mods]

@@ -1,4 +1,4 @@
-"""The workload every backend runs: sampling presets and the resolved per-job dict."""
+"""The workload every backend runs: sampling presets, LoRA targets and the resolved per-job dict."""
 from dataclasses import asdict, dataclass, field
 
 # The seeds' equivalence sampling: near-greedy but stochastic, so rollouts stay comparable.
@@ -7,6 +7,8 @@ SAMPLING_PRESETS = {
     "equivalence": {"temperature": 0.1, "top_p": 0.97, "top_k": 5, "min_p": 0.5},
 }
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed")
+# LoRA on all projections: every linear of a decoder layer (the config's `lora.targets` default).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True, slots=True)

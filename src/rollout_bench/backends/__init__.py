@@ -4,8 +4,10 @@ A backend module provides:
     REQUIRES: tuple[str, ...]   distributions it imports (their versions key the skip re-check)
     NEEDS_GPU: bool
     VARIANTS: tuple[str, ...]   variant ids (path-safe)
+    INSTALL: str  (optional) how to install what REQUIRES names; the skip reason shows it
     unavailable(variant, gpu_count) -> str | None
-        why it cannot run here *and what would make it run*; None when it can.
+        why it cannot run here *and what would make it run*; None when it can. Asked only once
+        REQUIRES are installed and, with NEEDS_GPU, a GPU is visible (host_reason says so first).
     load(spec: GenSpec) -> generator with
         generate(prompts: list[list[int]], n: int) -> list[list[int]]
             n completions per prompt, prompt-major, token ids without the prompt;
@@ -24,12 +26,14 @@ def module(name: str):
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def host_reason(what: str, requires, needs_gpu: bool, gpu_count: int) -> str | None:
-    """Why `what` cannot run on this host (missing packages, no GPU) and what would make it run."""
+def host_reason(what: str, requires, needs_gpu: bool, gpu_count: int, install: str | None = None) -> str | None:
+    """Why `what` cannot run on this host (missing packages, no GPU) and what would make it run;
+    `install`: how to install the packages, if more than their environment under envs/."""
     missing = [p for p in requires if envinfo.version(p) is None]
     if missing:
-        return (f"package(s) {', '.join(missing)} not installed; install the '{what}' environment "
-                f"(envs/) and rerun: the job re-runs when the package versions change")
+        install = install or f"install the '{what}' environment (envs/)"
+        return (f"package(s) {', '.join(missing)} not installed; {install}, and rerun: the job re-runs when the "
+                f"package versions change")
     if needs_gpu and gpu_count == 0:
         return f"{what} needs a CUDA GPU and none is visible; run on a GPU host with --resources gpu=N"
     return None
@@ -45,7 +49,8 @@ def unavailable(name: str, variant: str, gpu_count: int) -> str | None:
     mod = module(name)
     if variant not in mod.VARIANTS:
         return f"unknown variant {variant!r} for backend {name}; known: {', '.join(mod.VARIANTS)}"
-    return host_reason(name, mod.REQUIRES, mod.NEEDS_GPU, gpu_count) or mod.unavailable(variant, gpu_count)
+    return (host_reason(name, mod.REQUIRES, mod.NEEDS_GPU, gpu_count, getattr(mod, "INSTALL", None))
+            or mod.unavailable(variant, gpu_count))
 
 
 def fingerprint(name: str) -> str:

@@ -12,17 +12,11 @@ from dataclasses import replace
 
 import torch
 
-from ..engine.model_runner import reference_logits
-from ..workload import Sampling
 from . import hf_model
 
 REQUIRES = ("torch", "transformers")
 NEEDS_GPU = False
 VARIANTS = ("graphs", "eager", "peft_unmerged")
-
-# Largest first-token |logit| difference to HF, and the top-2 margin under which a greedy
-# disagreement counts as an argmax tie of the reference rather than an error.
-LOGIT_TOL = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
 
 
 def unavailable(variant, gpu_count):
@@ -105,57 +99,21 @@ def split(wall: float, d: dict) -> dict:
             "host_other_s": round(wall - d["prefill_s"] - d["decode_s"], 4)}
 
 
-def gate_prompts(vocab: int, page_size: int, seed: int = 0) -> list[list[int]]:
-    """Four prompts around page boundaries (one page, +-1, and a longer one), seeded random tokens."""
-    g = torch.Generator().manual_seed(seed)
-    lens = [page_size - 1, page_size + 1, 2 * page_size + page_size // 2, 7]
-    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
-
-
-@torch.no_grad()
-def check(engine, reference, prompts: list[list[int]], new_tokens: int, tol: float) -> dict:
-    """Engine vs HF `reference` on the same weights: first-token logits, then greedy tokens judged
-    step by step against the reference's logits on the engine's own continuation (teacher forcing),
-    so one near-tie cannot cascade into a whole divergent tail."""
-    dev = reference.device
-    got = engine.prompt_logits(prompts)
-    ref = torch.stack([reference_logits(reference, torch.tensor([p], device=dev))[-1] for p in prompts])
-    diff = (got - ref).abs().max().item()
-    outs = engine.generate(prompts, Sampling(), new_tokens, ignore_eos=True)
-    exact, ties, mismatches = 0, [], []
-    for i, (p, out) in enumerate(zip(prompts, outs)):
-        toks = torch.tensor(out.token_ids, device=dev)
-        logits = reference_logits(reference, torch.tensor([p + out.token_ids], device=dev))[len(p) - 1:-1]  # [T, V]
-        top2 = logits.topk(2, -1).values  # [T, 2]
-        chosen = logits.gather(1, toks[:, None])[:, 0]
-        for t in range(len(toks)):
-            gap = (top2[t, 0] - chosen[t]).item()
-            if gap <= 0:
-                exact += 1
-            elif gap <= tol:
-                ties.append({"prompt": i, "step": t, "gap": round(gap, 5),
-                             "ref_top2_margin": round((top2[t, 0] - top2[t, 1]).item(), 5)})
-            else:
-                mismatches.append({"prompt": i, "step": t, "gap": round(gap, 5)})
-    n = sum(len(o.token_ids) for o in outs)
-    return {"passed": diff <= tol and not mismatches, "max_abs_logit_diff": diff, "logit_tol": tol,
-            "first_token_argmax_match": bool(torch.equal(got.argmax(-1), ref.argmax(-1))),
-            "greedy_tokens": n, "greedy_exact": exact, "greedy_ties": ties, "greedy_mismatches": mismatches}
-
-
 def gate(spec, gen: Generator, new_tokens: int = 16) -> dict:
     """Correctness gate before any speed, on the engine the timed rounds then use (load(spec)'s),
     against HF on the same weights: hf_generate's model, with a LoRA adapter merged by PEFT unless
     the variant runs it unmerged (merging rounds W + BA to the weight dtype once, which is part of
     the engine's configuration, not an error of its attention/KV/sampling path)."""
+    from ..engine import correctness
+
     engine = gen.engine
     reference = hf_model.load_model(spec)
     if spec.adapter_dir and spec.variant != "peft_unmerged":
         reference = reference.merge_and_unload()
     cfg = engine.config
-    prompts = gate_prompts(engine.runner.vocab, cfg.page_size)
+    prompts = correctness.gate_prompts(engine.runner.vocab, cfg.page_size)
     prompts = [p for p in prompts if len(p) + new_tokens <= cfg.max_seq_len] or [prompts[-1][:4]]
-    result = check(engine, reference, prompts, new_tokens, LOGIT_TOL[spec.dtype])
+    result = correctness.check(engine, reference, prompts, new_tokens, correctness.LOGIT_TOL[spec.dtype])
     del reference
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -20,16 +20,11 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRAR
 # They pin vLLM's own address to loopback and keep the V1 engine core in this process.
 ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 INSTALL = ("install the 'vllm' group: conda env envs/vllm.yaml, or offline "
-           "`python -m rollout_bench.wheelhouse build vllm --constraints <host packages>` here and "
-           "`python -m rollout_bench.wheelhouse install .wheelhouse/vllm --target DIR` on the GPU host")
+           "`python -m rollout_bench.deploy.wheelhouse build vllm --constraints <host packages>` here, carry "
+           "it, then `bash workflow/scripts/offline_gpu_host.sh` on the GPU host (README: Offline GPU hosts)")
 
 
 def unavailable(variant, gpu_count):
-    missing = [p for p in REQUIRES if envinfo.version(p) is None]
-    if missing:
-        return f"package(s) {', '.join(missing)} not installed; {INSTALL}"
-    if gpu_count == 0:
-        return "vllm needs a CUDA GPU and none is visible; run on a GPU host with --resources gpu=N"
     os.environ.update({k: os.environ.get(k, v) for k, v in ENV.items()})
     try:
         import vllm  # noqa: F401

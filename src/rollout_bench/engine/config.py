@@ -8,7 +8,6 @@ KERNEL_OPTION_KEYS = frozenset({
     "USE_TMA", "BACKEND", "fwd_num_warps", "fwd_num_stages", "fwd_BLOCK_M", "fwd_BLOCK_N",
     "SPLIT_KV",  # flex-decoding only: KV splits per (row, kv head); Inductor picks 1 once B*Hkv >= #SMs/2
 })
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ from dataclasses import replace
 import torch
 
 from . import fused, sampler
-from .config import LORA_TARGETS, EngineConfig
+from .config import EngineConfig
 from .lora import DoubleCopy, causal_lm, is_lora_layer, load_adapter
 from .model_runner import ModelRunner
 from .scheduler import Scheduler
@@ -81,7 +81,9 @@ class Engine:
         if adapter_dir is None:
             return cls(model, config, owns_weights=True)
         state, scaling, targets = load_adapter(adapter_dir)
-        unknown = set(targets) - set(LORA_TARGETS)
+        projections = {n.rsplit(".", 1)[-1] for n, m in model.model.layers[0].named_modules()
+                       if isinstance(m, torch.nn.Linear)}
+        unknown = set(targets) - projections
         assert not unknown, f"adapter targets {sorted(unknown)} are not projections of a decoder layer"
         engine = cls(model, replace(config, lora_targets=config.lora_targets or targets, lora_merge=True),
                      owns_weights=True)

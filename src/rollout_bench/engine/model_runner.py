@@ -116,16 +116,6 @@ def float_logits(head: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
     return z if head.bias is None else z + head.bias.float()
 
 
-@torch.no_grad()
-def reference_logits(reference, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """HF's logits for ids [1, T] at positions start.. -> [T - start, V] float32, projected like the
-    engine's (fp32 output, no rounding to bf16), so a comparison sees the two forward passes and not
-    two roundings. `reference`: an HF CausalLM, PEFT-wrapped (adapter unmerged) or not."""
-    lm = reference.get_base_model() if hasattr(reference, "get_base_model") else reference
-    h = lm.model(input_ids=ids).last_hidden_state[0, start:]  # [T - start, hidden], after the final norm
-    return float_logits(lm.lm_head, h)
-
-
 class ModelRunner:
     def __init__(self, model, cfg: EngineConfig, fuse: bool = False):
         """fuse: re-lay q/k/v and gate/up weights as fused tensors (fused.py); the caller decides,
@@ -138,14 +128,27 @@ class ModelRunner:
         emb = lm.model.embed_tokens.weight
         self.device, self.dtype = emb.device, emb.dtype
         self.vocab = lm.lm_head.weight.shape[0]
-        attn = self.layers[0].self_attn
-        self.scale = attn.scaling
-        n_kv, head_dim = lm.config.num_key_value_heads, attn.head_dim
+        self.scale = self.layers[0].self_attn.scaling
+        self.allocate_kv_cache()
+        self.choose_kernels()
+        self.build_rope_tables()
+        self.allocate_decode_buffers()
+        self.graphs: dict[tuple[int, str], torch.cuda.CUDAGraph] = {}
+        self.pool = None
+
+    def allocate_kv_cache(self) -> None:
+        """The paged KV pool and its page table, as many pages as EngineConfig.pages gives."""
+        cfg, attn = self.cfg, self.layers[0].self_attn
+        n_kv, head_dim = self.lm.config.num_key_value_heads, attn.head_dim
         P = self.P = cfg.page_size
         num_pages = cfg.pages(KVCache.bytes_per_page(len(self.layers), n_kv, head_dim, P, self.dtype))
         self.pages = PageTable(num_pages, P, cfg.max_batch, cfg.max_pages_per_seq, self.device)
         self.kv = KVCache(len(self.layers), n_kv, head_dim, num_pages, P, self.dtype, self.device)
         self.kv_len = num_pages * P
+
+    def choose_kernels(self) -> None:
+        """Compiled (CUDA) or eager layer pieces and attention, the graph buckets, flex kernel options."""
+        cfg = self.cfg
         on_cuda = self.device.type == "cuda"
         self.graphs_on = cfg.cuda_graphs and on_cuda
         compile_on = on_cuda if cfg.compile is None else cfg.compile
@@ -162,14 +165,18 @@ class ModelRunner:
         opts, self.q_block = fa4.prefill_options(cfg.fa4_prefill, self.device, cfg.prefill_kernel_options)
         self.prefill_opts = (opts or None) if on_cuda else None
 
-        with torch.no_grad():
-            # RoPE tables from the model's own rotary module: cos/sin of position p are an outer
-            # product, so gathering rows of the table gives HF's values bit for bit.
-            pos = torch.arange(cfg.max_seq_len, device=self.device)[None]  # [1, S]
-            cos, sin = lm.model.rotary_emb(emb[:1][None], pos)  # [1, S, D]
-            self.cos, self.sin = cos[0], sin[0]
+    @torch.no_grad()
+    def build_rope_tables(self) -> None:
+        # RoPE tables from the model's own rotary module: cos/sin of position p are an outer
+        # product, so gathering rows of the table gives HF's values bit for bit.
+        emb = self.lm.model.embed_tokens.weight
+        pos = torch.arange(self.cfg.max_seq_len, device=self.device)[None]  # [1, S]
+        cos, sin = self.lm.model.rotary_emb(emb[:1][None], pos)  # [1, S, D]
+        self.cos, self.sin = cos[0], sin[0]
 
-        # Static decode buffers: graphs read and write these addresses on every replay.
+    def allocate_decode_buffers(self) -> None:
+        """Static decode buffers: graphs read and write these addresses on every replay."""
+        cfg = self.cfg
         B, dev = cfg.max_batch, self.device
         self.ints = torch.zeros(5, B, dtype=torch.long, device=dev)  # ids, pos, slot, top_k, seed
         self.floats = torch.zeros(3, B, dtype=torch.float32, device=dev)  # temperature, top_p, min_p
@@ -183,8 +190,6 @@ class ModelRunner:
         n_prefill = max(cfg.max_prefill_tokens, cfg.max_seq_len)
         self.doc_start = torch.zeros(-(-n_prefill // self.q_block) * self.q_block, dtype=torch.long, device=dev)
         self._prefill_mask = self._make_prefill_mask()
-        self.graphs: dict[tuple[int, str], torch.cuda.CUDAGraph] = {}
-        self.pool = None
 
     # the masks close over fixed buffers, so compiled code sees one mask_mod function, never a new one
     def _make_decode_mask(self):
@@ -245,7 +250,7 @@ class ModelRunner:
         return float_logits(self.lm.lm_head, self.lm.model.norm(h))
 
     # decode
-    def _decode_inputs(self, b: int) -> tuple[BlockMask, torch.Tensor]:
+    def decode_inputs(self, b: int) -> tuple[BlockMask, torch.Tensor]:
         """The physical BlockMask and KV write addresses [b] of the first b rows."""
         pos, slot = self.pos[:b], self.slot[:b]
         table = self.pages.table_dev[slot]  # [b, W] logical -> physical page
@@ -260,10 +265,10 @@ class ModelRunner:
             BLOCK_SIZE=self.P, mask_mod=self._decode_mask, seq_lengths=(1, self.kv_len), compute_q_blocks=False)
         return mask, last[:, 0].long() * self.P + pos % self.P
 
-    def _decode(self, b: int, how: str) -> None:
+    def decode_step(self, b: int, how: str) -> None:
         """One decode step over the first b rows of the static buffers (the body of a CUDA graph)."""
         ids, pos = self.ids[:b], self.pos[:b]
-        mask, addr = self._decode_inputs(b)
+        mask, addr = self.decode_inputs(b)
         cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]  # [b, 1, D]
         h = self.lm.model.embed_tokens(ids[:, None])  # [b, 1, hidden]
         for layer, (k_cache, v_cache), (w_qkv, w_gu) in zip(self.layers, self.kv.layers, self.fused):
@@ -283,7 +288,7 @@ class ModelRunner:
         pos.add_(1)
         self.step_i.add_(1)
 
-    def _set_rows(self, seqs: list[Sequence], bucket: int) -> None:
+    def set_rows(self, seqs: list[Sequence], bucket: int) -> None:
         """Write the rows' state; rows past len(seqs) become padding (slot 0, page 0, greedy)."""
         ints = torch.zeros(5, bucket, dtype=torch.long)
         floats = torch.zeros(3, bucket, dtype=torch.float32)
@@ -303,12 +308,12 @@ class ModelRunner:
         how = sampler.mode([(s.temperature, s.top_k) for s in seqs], self.cfg.sampler_topk_cap, self.vocab)
         if self.graphs_on and (bucket, how) not in self.graphs:
             self.capture([bucket], how)
-        self._set_rows(seqs, bucket)
+        self.set_rows(seqs, bucket)
         for _ in range(steps):
             if self.graphs_on:
                 self.graphs[(bucket, how)].replay()
             else:
-                self._decode(bucket, how)
+                self.decode_step(bucket, how)
         n = len(seqs)
         tok = self.out_tok[:n, :steps].cpu()  # the one host sync of the chunk
         lp = self.out_lp[:n, :steps].cpu()
@@ -319,18 +324,18 @@ class ModelRunner:
         """Capture the decode step of each bucket (largest first, so smaller ones reuse its memory)."""
         assert self.graphs_on
         for b in sorted(buckets, reverse=True):
-            self._set_rows([], b)  # padding rows: warm-up and capture write only page 0
+            self.set_rows([], b)  # padding rows: warm-up and capture write only page 0
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):  # compile + autotune outside the capture
-                    self._decode(b, how)
+                    self.decode_step(b, how)
             torch.cuda.current_stream().wait_stream(stream)
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
-            self._set_rows([], b)
+            self.set_rows([], b)
             with torch.cuda.graph(graph, pool=self.pool):
-                self._decode(b, how)
+                self.decode_step(b, how)
             self.graphs[(b, how)] = graph
         torch.cuda.synchronize()

@@ -21,7 +21,7 @@ NEEDS_GPU = {"hf_generate": False, "transformers_cb": False, "flex": False, "vll
 
 def unavailable(backend: str, gpu_count: int) -> str | None:
     assert backend in NAMES, f"unknown GRPO backend {backend!r}; known: {', '.join(NAMES)}"
-    reason = host_reason(backend, REQUIRES[backend], NEEDS_GPU[backend], gpu_count)
+    reason = host_reason(backend, REQUIRES[backend], NEEDS_GPU[backend], gpu_count, _install(backend))
     if reason:
         return f"GRPO backend {backend}: {reason}"
     if backend == "flex":
@@ -36,6 +36,19 @@ def unavailable(backend: str, gpu_count: int) -> str | None:
         # imports unsloth, which must come before transformers/TRL so its patches (and its GRPOTrainer) apply
         reason = unsloth.unavailable("default", gpu_count)
         return f"GRPO backend unsloth: {reason}" if reason else None
+    return None
+
+
+def _install(backend: str) -> str | None:
+    """How to install a backend that has its own environment: its generation backend's recipe."""
+    if backend == "vllm":
+        from ..backends import vllm
+
+        return vllm.INSTALL
+    if backend == "unsloth":
+        from ..backends import unsloth
+
+        return unsloth.INSTALL
     return None
 
 

@@ -3,8 +3,6 @@ from dataclasses import asdict, dataclass, field, fields
 
 from ..workload import SAMPLING_PRESETS, Sampling
 
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
 
 @dataclass(frozen=True, slots=True)
 class TrainSpec:

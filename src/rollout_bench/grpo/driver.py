@@ -19,8 +19,9 @@ import torch
 
 from .. import isolation
 from ..assets import chat
+from ..workload import LORA_TARGETS
 from . import data, flex_rollout, rewards, trl_cpu
-from .config import LORA_TARGETS, TrainSpec, grpo_config
+from .config import TrainSpec, grpo_config
 from .phases import PHASES, PhaseClock
 from .stats_callback import StepStats
 from .wall_budget import WallBudget
@@ -120,71 +121,32 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
     model once its adapter is loaded (default: ours, flex_rollout.build_engine). `max_wall_s` stops
     training between steps before its wall time passes that budget (wall_budget.py)."""
     from transformers import set_seed
-    from trl import GRPOTrainer
 
     logprob_head = "torch fallback (no Triton)" if trl_cpu.ensure_logprob_head() else "trl triton kernel"
     set_seed(spec.seed)
-    tok = load_tokenizer(model_dir)
-    train_ds, max_prompt_len = data.load(dataset_dir, tok, spec.prompt_quantile, limit=dataset_limit)
-    if backend == "transformers_cb" and spec.device == "cpu" and "continuous_batching" not in spec.options:
-        spec = dataclasses.replace(spec, options={**spec.options,
-                                                  "continuous_batching": cpu_cb_config(spec, max_prompt_len)})
-    if backend == "unsloth":
-        model, peft_config = load_unsloth_policy(model_dir, adapter_dir, spec,
-                                                 max_prompt_len + spec.max_completion_length)
-    else:
-        model, peft_config = load_policy(model_dir, adapter_dir, spec)
+    spec, tok, train_ds, max_prompt_len = load_data(backend, spec, model_dir, dataset_dir, dataset_limit)
+    model, peft_config = load_model(backend, spec, model_dir, adapter_dir, max_prompt_len)
     stats_cb, clock, budget = StepStats(), PhaseClock(), WallBudget(max_wall_s)
-    rollout = None
-    if backend == "flex":
-        # rollout_func is marked experimental in TRL 1.15; the warning would repeat in every flex job log
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        rollout = flex_rollout.FlexRollout(None, spec, clock)  # the engine follows the trainer's model
+    rollout = flex_rollout_of(backend, spec, clock)
 
     with tempfile.TemporaryDirectory(prefix="grpo-") as workdir:
-        if backend == "vllm":
-            from ..backends import vllm as vllm_backend
-
-            # the offline host's engine start hangs without these (backends/vllm.py)
-            for k, v in vllm_backend.ENV.items():
-                os.environ.setdefault(k, v)
-        args = grpo_config(spec, backend, max_steps=steps, output_dir=workdir, max_prompt_len=max_prompt_len)
-        trainer = GRPOTrainer(model=model, reward_funcs=rewards.build(tok.eos_token), args=args,
-                              train_dataset=train_ds, processing_class=tok, peft_config=peft_config,
-                              callbacks=[stats_cb, budget], rollout_func=rollout)
+        trainer, args = build_trainer(backend, spec, steps, workdir, max_prompt_len, model, peft_config, tok,
+                                      train_ds, [stats_cb, budget], rollout)
         if adapter_dir and peft_config is not None:
             load_adapter_weights(trainer.model, adapter_dir)
         policy = trainer.accelerator.unwrap_model(trainer.model)
         if rollout is not None:
             rollout.engine = (engine_factory or flex_rollout.build_engine)(policy, spec, max_prompt_len)
         clock.install(trainer)
-        is_correction = backend == "vllm" and args.vllm_importance_sampling_correction
-        if backend == "flex" and spec.importance_sampling:
-            flex_rollout.enable_importance_sampling(trainer)
-            is_correction = True
+        is_correction = importance_sampling(backend, spec, args, trainer)
+        train_wall, window, adapter_start, adapter_end, optimized = fit(trainer, policy)
 
-        adapter_start = {k: v.clone() for k, v in flex_rollout.adapter_state(policy).items()}
-        if torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        with isolation.window() as window:
-            trainer.train()
-        train_wall = time.perf_counter() - t0
-        adapter_end = flex_rollout.adapter_state(policy)
-        optimized = sum(p.numel() for g in trainer.optimizer.param_groups for p in g["params"])
-
-    # which sampler logprob the IS ratio divides by: vLLM's are renormalised over the tokens
-    # top-k/top-p/min-p kept (TRL asks for logprobs_mode="processed_logprobs"); flex's are the
-    # policy's unless its `logprobs` engine option says "processed"
-    sampler_logprobs = None
-    if is_correction:  # only vllm and flex correct
-        sampler_logprobs = rollout.engine.config.logprobs if rollout is not None else "processed"
     step_records = merge(stats_cb.records(), clock.steps)
     info = {
         "optimizer": str(getattr(args.optim, "value", args.optim)),
         "is_correction": is_correction,
         "is_mode": args.vllm_importance_sampling_mode if is_correction else None,
-        "sampler_logprobs": sampler_logprobs,
+        "sampler_logprobs": sampler_logprobs(is_correction, rollout),
         "trainer_class": f"{type(trainer).__module__}.{type(trainer).__name__}",
         "reward_funcs": [f.__name__ for f in trainer.reward_funcs],
         "reward_sha256": rewards.source_sha256(),
@@ -205,6 +167,83 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
     if rollout is not None:
         info["engine"] = {"lora_refreshes": rollout.refreshes, **getattr(rollout.engine, "memory", dict)()}
     return Run(step_records, round(train_wall, 4), peak_memory(step_records), info)
+
+
+def load_data(backend: str, spec: TrainSpec, model_dir: str, dataset_dir: str, dataset_limit: int | None):
+    """-> (spec, tokenizer, train dataset, max prompt tokens); on CPU, transformers_cb's spec gets a
+    continuous-batching config sized to the prompts."""
+    tok = load_tokenizer(model_dir)
+    train_ds, max_prompt_len = data.load(dataset_dir, tok, spec.prompt_quantile, limit=dataset_limit)
+    if backend == "transformers_cb" and spec.device == "cpu" and "continuous_batching" not in spec.options:
+        spec = dataclasses.replace(spec, options={**spec.options,
+                                                  "continuous_batching": cpu_cb_config(spec, max_prompt_len)})
+    return spec, tok, train_ds, max_prompt_len
+
+
+def load_model(backend: str, spec: TrainSpec, model_dir: str, adapter_dir: str | None, max_prompt_len: int):
+    """-> (model, peft_config): the policy as the backend's trainer takes it."""
+    if backend == "unsloth":
+        return load_unsloth_policy(model_dir, adapter_dir, spec, max_prompt_len + spec.max_completion_length)
+    return load_policy(model_dir, adapter_dir, spec)
+
+
+def flex_rollout_of(backend: str, spec: TrainSpec, clock: PhaseClock):
+    """flex's rollout_func (its engine is built once the trainer holds the model); None for the others."""
+    if backend != "flex":
+        return None
+    # rollout_func is marked experimental in TRL 1.15; the warning would repeat in every flex job log
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    return flex_rollout.FlexRollout(None, spec, clock)  # the engine follows the trainer's model
+
+
+def build_trainer(backend: str, spec: TrainSpec, steps: int, workdir: str, max_prompt_len: int, model, peft_config,
+                  tok, train_ds, callbacks, rollout):
+    """-> (GRPOTrainer, its GRPOConfig); `workdir` is its output_dir (it saves nothing there)."""
+    from trl import GRPOTrainer
+
+    if backend == "vllm":
+        from ..backends import vllm as vllm_backend
+
+        # the offline host's engine start hangs without these (backends/vllm.py)
+        for k, v in vllm_backend.ENV.items():
+            os.environ.setdefault(k, v)
+    args = grpo_config(spec, backend, max_steps=steps, output_dir=workdir, max_prompt_len=max_prompt_len)
+    trainer = GRPOTrainer(model=model, reward_funcs=rewards.build(tok.eos_token), args=args,
+                          train_dataset=train_ds, processing_class=tok, peft_config=peft_config,
+                          callbacks=callbacks, rollout_func=rollout)
+    return trainer, args
+
+
+def importance_sampling(backend: str, spec: TrainSpec, args, trainer) -> bool:
+    """Whether the trainer corrects for the sampler's logprobs (vllm by TRL, flex by ours)."""
+    is_correction = backend == "vllm" and args.vllm_importance_sampling_correction
+    if backend == "flex" and spec.importance_sampling:
+        flex_rollout.enable_importance_sampling(trainer)
+        is_correction = True
+    return is_correction
+
+
+def fit(trainer, policy):
+    """trainer.train(), timed -> (wall s, isolation window, adapter before, adapter after, optimized params)."""
+    adapter_start = {k: v.clone() for k, v in flex_rollout.adapter_state(policy).items()}
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    with isolation.window() as window:
+        trainer.train()
+    train_wall = time.perf_counter() - t0
+    adapter_end = flex_rollout.adapter_state(policy)
+    optimized = sum(p.numel() for g in trainer.optimizer.param_groups for p in g["params"])
+    return train_wall, window, adapter_start, adapter_end, optimized
+
+
+def sampler_logprobs(is_correction: bool, rollout) -> str | None:
+    """Which sampler logprob the IS ratio divides by: vLLM's are renormalised over the tokens
+    top-k/top-p/min-p kept (TRL asks for logprobs_mode="processed_logprobs"); flex's are the
+    policy's unless its `logprobs` engine option says "processed"."""
+    if not is_correction:  # only vllm and flex correct
+        return None
+    return rollout.engine.config.logprobs if rollout is not None else "processed"
 
 
 def update_norm(start: dict[str, torch.Tensor], end: dict[str, torch.Tensor]) -> float:

@@ -10,6 +10,8 @@ import time
 
 from transformers import TrainerCallback
 
+from .. import envinfo
+
 # Short names of the stats contract -> the TRL / Trainer key they are read from.
 CONTRACT_KEYS = {
     "loss": "loss",
@@ -20,12 +22,6 @@ CONTRACT_KEYS = {
     "completion_len": "completions/mean_length",
 }
 SUMMARY_MARKER = "train_runtime"
-
-
-def _cuda():
-    import torch
-
-    return torch.cuda if torch.cuda.is_available() else None
 
 
 class StepStats(TrainerCallback):
@@ -43,14 +39,14 @@ class StepStats(TrainerCallback):
             rec[k] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
     def on_step_begin(self, args, state, control, **kwargs):
-        cuda = _cuda()
+        cuda = envinfo.cuda()
         if cuda:
             cuda.synchronize()
             cuda.reset_peak_memory_stats()
         self._t0 = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
-        cuda = _cuda()
+        cuda = envinfo.cuda()
         if cuda:
             cuda.synchronize()
         rec = self.record(state.global_step)

@@ -6,7 +6,7 @@ gap alone cannot say whether the engine is wrong. This measures, on the same wei
 sampled completions, every forward against an fp32 one and the trainer's forward against itself with
 another attention kernel (the bf16 noise floor):
 
-    python -m rollout_bench.engine.logprob_gap --model qwen3-4b --out gap.json
+    python -m rollout_bench.diagnostics.logprob_gap --model qwen3-4b --out gap.json
 
 Forwards: `engine` (the logprobs the sampler returned), `hf_sdpa` (HF in the model's dtype with SDPA
 attention, as the trainer runs it, projected like TRL's loss head: fp32 output), `hf_eager` (the same
@@ -22,10 +22,10 @@ import time
 import torch
 
 from .. import atomic
-from ..workload import SAMPLING_PRESETS, Sampling
-from . import Engine, EngineConfig, random_model
-from .config import LORA_TARGETS
-from .model_runner import reference_logits
+from ..engine import Engine, EngineConfig
+from ..engine.correctness import reference_logits
+from ..workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
+from . import random_model
 
 PAIRS = (("engine", "hf_sdpa"), ("hf_eager", "hf_sdpa"), ("engine", "fp32"), ("hf_sdpa", "fp32"),
          ("hf_eager", "fp32"))
@@ -102,9 +102,7 @@ def main(argv=None):
         set_peft_model_state_dict(model, state)
     fp32_model = None if a.no_fp32 else copy.deepcopy(model).float()
     vocab = model.config.vocab_size  # a PeftModel forwards config to its base
-    g = torch.Generator().manual_seed(0)
-    lens = torch.randint(128, 257, (a.prompts,), generator=g).tolist()
-    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
+    prompts = random_model.prompts(a.prompts, vocab, 128, 256, seed=0)
     # shared, not owned: the engine reads the weights the HF forwards read, as in GRPO
     engine = Engine(model, EngineConfig(max_batch=a.prompts, max_seq_len=256 + a.new_tokens, capture_all=False))
     sampling = Sampling.from_config(a.sampling, 3407)

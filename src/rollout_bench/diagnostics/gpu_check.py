@@ -1,6 +1,6 @@
 """GPU self-check and benchmark of the flex engine on the Qwen3-4B shape with random bf16 weights.
 
-    python -m rollout_bench.engine.gpu_check --out gpu_check.json
+    python -m rollout_bench.diagnostics.gpu_check --out gpu_check.json
 
 Phases (each recorded in the JSON, a failing one does not stop the rest): greedy gate vs HF,
 decode timing for B in (8, 64, 256) greedy, a per-step breakdown at B=64 (torch.profiler),
@@ -18,23 +18,17 @@ from dataclasses import replace
 
 import torch
 
-from ..backends import flex as flex_backend
-from ..workload import SAMPLING_PRESETS, Sampling
-from . import Engine, EngineConfig, random_model, sampler
-from .autotune import device_ms, step_sweep
-from .config import LORA_TARGETS
-from .lora import sha256
+from ..engine import Engine, EngineConfig, correctness, sampler
+from ..engine.lora import sha256
+from ..workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
+from . import random_model
+from .decode_sweep import device_ms, step_sweep
 
 T0 = time.perf_counter()
 
 
 def log(msg):
     print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
-
-
-def random_prompts(n, vocab, lo=128, hi=256, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (int(k),), generator=g).tolist() for k in torch.randint(lo, hi + 1, (n,), generator=g)]
 
 
 def gb(x):
@@ -109,17 +103,17 @@ def breakdown(engine, prompts, new_tokens) -> dict:
     running = list(engine.scheduler.running)
     b = len(running)
     bucket = next(x for x in runner.buckets if x >= b)
-    runner._set_rows(running, bucket)
+    runner.set_rows(running, bucket)
     graph = runner.graphs.get((bucket, "greedy"))
     res = {"rows": b}
     if graph is not None:
         res["graph_step_ms"] = round(device_ms(graph.replay, runner.cfg.decode_chunk), 3)
-    runner._set_rows(running, bucket)
-    res["eager_step_ms"] = round(device_ms(lambda: runner._decode(bucket, "greedy"), 1), 3)
-    runner._set_rows(running, bucket)
-    step = kernel_times(lambda: runner._decode(bucket, "greedy"))
-    runner._set_rows(running, bucket)
-    mask, _ = runner._decode_inputs(bucket)
+    runner.set_rows(running, bucket)
+    res["eager_step_ms"] = round(device_ms(lambda: runner.decode_step(bucket, "greedy"), 1), 3)
+    runner.set_rows(running, bucket)
+    step = kernel_times(lambda: runner.decode_step(bucket, "greedy"))
+    runner.set_rows(running, bucket)
+    mask, _ = runner.decode_inputs(bucket)
     q = torch.randn(bucket, runner.lm.config.num_attention_heads, 1, runner.layers[0].self_attn.head_dim,
                     device=runner.device, dtype=runner.dtype)
     k_cache, v_cache = runner.kv.layers[0]
@@ -175,7 +169,7 @@ class Check:
         # fuse: the model is ours here (the HF reference of the gates reads the same values through views)
         self.cfg = EngineConfig(**{"max_batch": max(self.batches), "max_seq_len": self.max_seq,
                                    "capture_all": False, "fuse_projections": True, **json.loads(args.options)})
-        self.tol = flex_backend.LOGIT_TOL["bfloat16" if CUDA else "float32"]
+        self.tol = correctness.LOGIT_TOL["bfloat16" if CUDA else "float32"]
         self.engine = None
 
     def save(self):
@@ -212,14 +206,14 @@ class Check:
         return res
 
     def gate_prompts(self):
-        return [p for p in flex_backend.gate_prompts(self.vocab, self.cfg.page_size)
+        return [p for p in correctness.gate_prompts(self.vocab, self.cfg.page_size)
                 if len(p) + 16 <= self.max_seq]  # a short --new-tokens dry run drops the longest
 
     def gate(self):
-        return flex_backend.check(self.engine, self.model, self.gate_prompts(), 16, self.tol)
+        return correctness.check(self.engine, self.model, self.gate_prompts(), 16, self.tol)
 
     def prompts(self, n, seed):
-        return random_prompts(n, self.vocab, seed=seed)
+        return random_model.prompts(n, self.vocab, seed=seed)
 
 
 def base_phases(c: Check):
@@ -292,7 +286,7 @@ def lora_phases(c: Check):
 
         ref = get_peft_model(c.model, LoraConfig(r=32, lora_alpha=64, target_modules=list(LORA_TARGETS)))
         set_peft_model_state_dict(ref, adapter)
-        return flex_backend.check(engine, ref, c.gate_prompts(), 16, c.tol)
+        return correctness.check(engine, ref, c.gate_prompts(), 16, c.tol)
 
     c.phase("gate_lora_merged_weights", gate_same_weights)
     if not c.args.skip_unmerged:

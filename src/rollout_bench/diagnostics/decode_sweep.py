@@ -98,7 +98,7 @@ def step_sweep(engine, prompts: list[list[int]], new_tokens: int, candidates=CAN
                 ms[key] = repr(e)[:300]
 
         def chunk_of_steps(graph):
-            runner._set_rows(running, bucket)  # the same chunk of positions each time
+            runner.set_rows(running, bucket)  # the same chunk of positions each time
             return device_ms(graph.replay, chunk)
 
         times = {key: [] for key in graphs}

@@ -1,10 +1,10 @@
-"""Seeded random-weight HF models from config/models/*.json, for tests and the GPU self-check."""
+"""Seeded random inputs for the tests and the tools: HF models from config/models/*.json, LoRA adapters, prompts."""
 import json
 from pathlib import Path
 
 import torch
 
-from .config import LORA_TARGETS
+from ..workload import LORA_TARGETS
 
 
 def config(name_or_dict, **overrides):
@@ -44,3 +44,10 @@ def lora_state(model, rank, seed=0):
             state[f"base_model.model.{name}.lora_A.weight"] = a.to(torch.bfloat16)
             state[f"base_model.model.{name}.lora_B.weight"] = b.to(torch.bfloat16)
     return state
+
+
+def prompts(n: int, vocab: int, lo: int = 128, hi: int = 256, seed: int = 0) -> list[list[int]]:
+    """n prompts of seeded random token ids, lo to hi tokens long (both included)."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(lo, hi + 1, (n,), generator=g).tolist()
+    return [torch.randint(0, vocab, (k,), generator=g).tolist() for k in lens]

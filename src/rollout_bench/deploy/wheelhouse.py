@@ -1,8 +1,8 @@
 """Offline wheelhouse for an air-gapped GPU host: one backend group's wheels, minus what the host has.
 
-    python -m rollout_bench.wheelhouse build vllm --constraints envs/h200-host.txt   # here (PyPI)
-    python -m rollout_bench.wheelhouse install .wheelhouse/vllm --target /tmp/site   # on the host
-    python -m rollout_bench.wheelhouse requirements vllm --write                     # envs/*.txt
+    python -m rollout_bench.deploy.wheelhouse build vllm --constraints envs/h200-host.txt   # here (PyPI)
+    python -m rollout_bench.deploy.wheelhouse install .wheelhouse/vllm --target /tmp/site   # on the host
+    python -m rollout_bench.deploy.wheelhouse requirements vllm --write                     # envs/*.txt
 
 build:
   1. resolve the group's pins (envs/GROUP.yaml) for the target with `pip install --dry-run --report`
@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import ROOT
+from .. import ROOT
 
 ENVS = ROOT / "envs"
 GROUPS = ("core", "vllm", "unsloth", "fa4", "report", "slurm")
@@ -58,7 +58,7 @@ def group_requirements(group: str, envs: Path = ENVS) -> list[str]:
 
 def render_requirements(group: str, envs: Path = ENVS) -> str:
     head = (f"# Generated from envs/{group}.yaml (the source of truth); do not edit. Regenerate:\n"
-            f"#   python -m rollout_bench.wheelhouse requirements {group} --write\n")
+            f"#   python -m rollout_bench.deploy.wheelhouse requirements {group} --write\n")
     return head + "".join(r + "\n" for r in group_requirements(group, envs))
 
 
@@ -521,7 +521,7 @@ def _default_exclude(group: str, envs: Path = ENVS) -> Path | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rollout_bench.wheelhouse", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m rollout_bench.deploy.wheelhouse", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="download a group's wheel closure for an offline host")
     b.add_argument("group", help=f"one of {', '.join(GROUPS)} (envs/GROUP.yaml)")

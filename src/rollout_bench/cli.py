@@ -1,0 +1,92 @@
+"""`python -m rollout_bench generate|autotune|aggregate|render|publish|check-config`: the generation
+benchmark's command lines and the pipeline's own.
+
+`rollout_bench.__main__` wires them with `cli.add_commands(sub)`; each handler imports only what its
+command runs (a rule's code inputs are the import closure of its handler, sources.py).
+"""
+import json
+
+
+def _generate(a):
+    from . import generation
+    rec = generation.run_job(backend=a.backend, variant=a.variant, model=a.model, case=a.case,
+                             workload=json.loads(a.workload), model_dir=a.model_dir,
+                             adapter_dir=a.adapter or None, dataset_dir=a.dataset, out=a.out,
+                             autotune=a.autotune or None)
+    print(json.dumps({k: rec.get(k) for k in ("status", "reason", "decode_tps", "setup_s")}))
+
+
+def _autotune(a):
+    from . import kernel_tuning
+    wl = json.loads(a.workload)
+    rec = kernel_tuning.run(model=a.model, model_dir=a.model_dir, batch_sizes=[int(b) for b in a.batch_sizes.split(",")],
+                            prompt_tokens=wl["prompt_tokens"], max_new_tokens=wl["max_new_tokens"], dtype=wl["dtype"],
+                            out=a.out)
+    print(json.dumps({"status": rec["status"], "best": {b: r["best"] for b, r in rec["by_batch"].items()}}))
+
+
+def _aggregate(a):
+    from . import aggregate
+    aggregate.write_csv(aggregate.generation_frame(a.stats), a.out)
+
+
+def _render(a):
+    import pandas as pd
+
+    from . import atomic, render
+    df = pd.read_csv(a.summary)
+    table = render.generation_table(df, a.reference)
+    if a.versus:
+        table += "\n" + render.head_to_head(df, *a.versus.split(","))
+    atomic.write_text(a.table, table)
+    render.save_chart(render.tps_vs_batch(df), a.chart_batch_html, a.chart_batch_svg)
+    render.save_chart(render.tps_vs_memory(df), a.chart_memory_html, a.chart_memory_svg)
+
+
+def _publish(a):
+    from .publish import publish
+    print(publish(a.name, a.command, a.config))
+
+
+def _check_config(a):
+    from . import config
+    cfg = config.load(a.config)
+    print(json.dumps({"profile": cfg["profile"], "models": cfg["models"],
+                      "generate_jobs": len(config.gen_jobs(cfg))}))
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("generate", help="one generation benchmark job -> stats JSON")
+    for k in ("backend", "variant", "model", "case", "workload", "model-dir", "dataset", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--adapter", default="")
+    p.add_argument("--autotune", default="", help="kernel_tuning record to replay (flex)")
+    p.set_defaults(fn=_generate)
+
+    p = sub.add_parser("autotune", help="measure flex's decode kernel options for a model -> JSON")
+    for k in ("model", "model-dir", "workload", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--batch-sizes", required=True, help="comma-separated")
+    p.set_defaults(fn=_autotune)
+
+    p = sub.add_parser("aggregate", help="stats JSONs -> summary CSV")
+    p.add_argument("--out", required=True)
+    p.add_argument("stats", nargs="+")
+    p.set_defaults(fn=_aggregate)
+
+    p = sub.add_parser("render", help="summary CSV -> tables and charts")
+    for k in ("summary", "reference", "table", "chart-batch-html", "chart-batch-svg",
+              "chart-memory-html", "chart-memory-svg"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--versus", default="", help="A,B: a head-to-head section, A / B on every case and batch")
+    p.set_defaults(fn=_render)
+
+    p = sub.add_parser("publish", help="copy this run's stats, tables and charts to results/published/NAME")
+    p.add_argument("name")
+    p.add_argument("--command", required=True, help="the exact command that produced the results")
+    p.add_argument("--config", default="config/config.yaml")
+    p.set_defaults(fn=_publish)
+
+    p = sub.add_parser("check-config", help="validate and resolve a config file")
+    p.add_argument("config", nargs="?", default="config/config.yaml")
+    p.set_defaults(fn=_check_config)

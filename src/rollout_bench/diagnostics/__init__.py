@@ -1,0 +1,11 @@
+"""Measurement and diagnostics of the flex engine, outside it (docs/design.md §6).
+
+They drive the engine through its public API only (Engine, its scheduler, and the runner's
+`set_rows`, `decode_step`, `decode_inputs`, `capture`):
+
+- `decode_sweep`: each decode-kernel option set timed as the replay of the whole captured decode
+  step; the autotune pass (`kernel_tuning.py`) records its winner.
+- `gpu_check`: a stand-alone GPU self-check and benchmark on the Qwen3-4B shape.
+- `logprob_gap`: where the sampler-vs-trainer logprob gap comes from (the bf16 noise floor).
+- `random_model`: seeded random-weight models and adapters for the tests and both tools.
+"""
