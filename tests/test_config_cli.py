@@ -26,9 +26,14 @@ def test_configfile_keys_reach_every_job(tree, tmp_path):
     mine = tmp_path / "mine.yaml"
     # a profile overlay in the user's file merges into the shipped one
     mine.write_text("workload: {max_new_tokens: 5}\nprofiles: {cpu: {models: [llama-tiny]}}\n")
+    # the realistic case sets its own max_new_tokens (a case's key wins) and runs on the warm starts
     wls = _job_workloads(tree, "--configfile", str(mine))
+    own = [w for w in wls if w["case"] == "realistic"]
+    wls = [w for w in wls if w["case"] != "realistic"]
     assert wls and {w["max_new_tokens"] for w in wls} == {5} and {w["model"] for w in wls} == {"llama-tiny"}
+    assert {w["model"] for w in own} == {"llama-tiny-warm"} and {w["max_new_tokens"] for w in own} == {160}
     wls = _job_workloads(tree, "--configfile", str(mine), "--config", 'models=["qwen3-tiny"]')
+    wls = [w for w in wls if w["case"] != "realistic"]
     assert {w["model"] for w in wls} == {"qwen3-tiny"} and {w["max_new_tokens"] for w in wls} == {5}
 
 
