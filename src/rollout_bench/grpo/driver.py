@@ -19,7 +19,7 @@ import torch
 
 from .. import isolation
 from ..assets import chat
-from . import data, flex_rollout, rewards, trl_cpu
+from . import data, flex_rollout, importance, outcomes, rewards, trl_cpu
 from .config import LORA_TARGETS, TrainSpec, grpo_config
 from .phases import PHASES, PhaseClock
 from .stats_callback import StepStats
@@ -158,10 +158,13 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         if rollout is not None:
             rollout.engine = (engine_factory or flex_rollout.build_engine)(policy, spec, max_prompt_len)
         clock.install(trainer)
+        outcomes.install(trainer)
         is_correction = backend == "vllm" and args.vllm_importance_sampling_correction
         if backend == "flex" and spec.importance_sampling:
             flex_rollout.enable_importance_sampling(trainer)
             is_correction = True
+        recorded = importance.install(trainer)
+        assert recorded == is_correction, (recorded, is_correction)
 
         adapter_start = {k: v.clone() for k, v in flex_rollout.adapter_state(policy).items()}
         if torch.cuda.is_available():
@@ -184,6 +187,8 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         "optimizer": str(getattr(args.optim, "value", args.optim)),
         "is_correction": is_correction,
         "is_mode": args.vllm_importance_sampling_mode if is_correction else None,
+        "is_clip": ([args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max]
+                    if is_correction else None),
         "sampler_logprobs": sampler_logprobs,
         "trainer_class": f"{type(trainer).__module__}.{type(trainer).__name__}",
         "reward_funcs": [f.__name__ for f in trainer.reward_funcs],
