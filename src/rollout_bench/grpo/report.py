@@ -185,6 +185,10 @@ def trajectory_frame(stats_paths) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "backend", "seed", "step", "metric", "value"])
 
 
+# what a charted metric can be: its band is drawn within this (the verdict keeps the whole band)
+CHART_RANGE = {"accuracy": (0.0, 1.0), "kl": (0.0, None)}
+
+
 def band_frame(band_paths) -> pd.DataFrame:
     """The bands of the charted metrics as a step function: model, metric, step, lo, hi (two rows per window,
     at its edges, so adjacent windows meet in a vertical step)."""
@@ -193,9 +197,12 @@ def band_frame(band_paths) -> pd.DataFrame:
         for metric, m in (b.get("metrics") or {}).items():
             if metric not in CHART_METRICS:
                 continue
+            floor, ceil = CHART_RANGE.get(metric, (None, None))
             for w in m["windows"]:
+                lo = w["lo"] if floor is None else max(floor, w["lo"])
+                hi = w["hi"] if ceil is None else min(ceil, w["hi"])
                 for step in (w["steps"][0] - 0.5, w["steps"][1] + 0.5):
-                    rows.append({"model": b["model"], "metric": metric, "step": step, "lo": w["lo"], "hi": w["hi"]})
+                    rows.append({"model": b["model"], "metric": metric, "step": step, "lo": lo, "hi": hi})
     return pd.DataFrame(rows, columns=["model", "metric", "step", "lo", "hi"])
 
 
