@@ -129,7 +129,8 @@ def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.0
             s.update({"sampling/sampling_logp_difference/mean": 0.01 * (i + 1),
                       "sampling/importance_sampling_ratio/mean": 1.0 - 0.01 * i,
                       "is/logp_gap/mean": 0.01 * (i + 1), "is/logp_gap/p99": 0.1 * (i + 1),
-                      "is/weight/mean": is_weight - 0.01 * i, "is/zeroed/token_frac": 0.0})
+                      "is/weight/mean": is_weight - 0.01 * i, "is/zeroed/token_frac": 0.0,
+                      "is/seq_log_ratio/mean": -2.0 * (i + 1)})
     rec.update(steps=steps, median_step_s=median, train_wall_s=median * len(steps),
                peak_memory_gb={"allocated": None, "reserved": None}, optimizer=optimizer,
                optimizer_params=64, adapter_update_norm=moved,
@@ -285,7 +286,8 @@ def test_renderers(tmp_path):
     train = report.training_table([ref, cand, skip])
     assert "| qwen3-tiny | flex | 3407 | ok | 4 | 0.500 |" in train and "skipped: vllm cannot run here" in train
     # per-step medians of the gap (0.01..0.04), its p99 (0.1..0.4), the weight (1.0..0.97) and zeroed tokens
-    assert "| token_truncate [-, 3]: mean \\|Δlogp\\| 0.025, p99 0.25; weight 0.985, zeroed 0% |" in train
+    assert ("| token_truncate [-, 3]: mean \\|Δlogp\\| 0.025, p99 0.25; weight 0.985, zeroed 0%; "
+            "log sequence ratio -5 |") in train
     rec = json.loads(cand.read_text())
     cand.write_text(json.dumps({**rec, "sampler_logprobs": "processed"}))
     assert "| token_truncate [-, 3] (processed logprobs): mean \\|Δlogp\\|" in report.training_table([cand])

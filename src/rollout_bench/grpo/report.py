@@ -123,7 +123,8 @@ def _is_cell(r: dict) -> str:
     weight, zeroed = _step_median(r, "is/weight/mean"), _step_median(r, "is/zeroed/token_frac")
     parts = [f"mean \\|Δlogp\\| {_fmt(gap)}" + (f", p99 {_fmt(p99)}" if p99 is not None else "")]
     if weight is not None:
-        parts.append(f"weight {_fmt(weight)}, zeroed {_fmt(100 * (zeroed or 0.0), '.0f')}%")
+        parts.append(f"weight {_fmt(weight)}, zeroed {_fmt(100 * (zeroed or 0.0), '.0f')}%; "
+                     f"log sequence ratio {_fmt(_step_median(r, 'is/seq_log_ratio/mean'))}")
     else:
         parts.append(f"mean ratio {_fmt(_step_median(r, 'sampling/importance_sampling_ratio/mean'))}")
     return f"{r.get('is_mode')}{bounds}{kind}: {'; '.join(parts)}"
@@ -153,8 +154,9 @@ def training_table(stats_paths) -> str:
              "logprobs (policy = log_softmax(z / T); processed = renormalised over the tokens top-k/top-p/min-p "
              "kept, as vLLM returns them to TRL), with per-step medians of the mean and p99 |sampler logprob - "
              "trainer logprob| per completion token, of the mean weight the correction put on each token's policy "
-             "loss (1 = unchanged; a sequence mode multiplies the per-token ratios over the whole completion) and "
-             "of the tokens it zeroed. The reference backend runs once per seed (train.seeds).", "",
+             "loss (1 = unchanged) and of the tokens it zeroed, and of the mean log sequence ratio (the sum of the "
+             "per-token log ratios over a completion: a sequence mode's weight is its exponential). The reference "
+             "backend runs once per seed (train.seeds).", "",
              f"| model | backend | seed | status | steps | median step s | train wall s | peak alloc GB | optimizer "
              f"| IS correction | {phase_cols} |",
              "|---|---|--:|---|--:|--:|--:|--:|---|---|" + "--:|" * len(PHASES)]
