@@ -340,7 +340,8 @@ def test_cli_commands_run_compare_and_render(tmp_path, capsys):
     band = tmp_path / "band.json"
     a = ap.parse_args(["band", "--refs", str(ref), str(ref2), "--window", "2", "--alpha", "0.05", "--out", str(band)])
     a.fn(a)
-    assert json.loads(capsys.readouterr().out)["status"] == "ok" and json.loads(band.read_text())["seeds"] == [3407, 3408]
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"
+    assert json.loads(band.read_text())["seeds"] == [3407, 3408]
     a = ap.parse_args(["compare", "--ref", str(ref), "--band", str(band), "--candidate", str(cand),
                        "--out", str(tmp_path / "c.json")])
     a.fn(a)

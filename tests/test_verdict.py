@@ -22,7 +22,7 @@ def noisy(seed, mean, sd, steps=12):
     return [mean(s) + rng.gauss(0, sd) for s in range(1, steps + 1)]
 
 
-RISE = lambda s: 0.2 * s  # noqa: E731  a reward that rises 0.2 a step
+RISE = lambda s: 0.2 * s  # a reward that rises 0.2 a step
 
 
 def refs(k=2, **kw):

@@ -51,7 +51,8 @@ def effect(out: dict, sequence_level: bool) -> dict[str, float]:
 
 
 def install(trainer) -> bool:
-    """Record `is/*` per step where TRL's correction runs (after flex_rollout.enable_importance_sampling); True if so."""
+    """Record `is/*` per step where TRL's correction runs (after flex_rollout.enable_importance_sampling);
+    True if it does."""
     if not (trainer.use_vllm and trainer.vllm_importance_sampling_correction):
         return False
     sequence_level = trainer.vllm_importance_sampling_mode.startswith("sequence")

@@ -70,8 +70,8 @@ def equivalence_table(comparison_paths, band_paths=()) -> str:
     if not rows:
         return "\n".join(head_lines) + "\nNo comparisons in these results (one backend ran).\n"
     lines = [*head_lines,
-             "| model | reference | candidate | equivalent | noise band | max \\|Δloss\\| | max \\|Δreward\\| (mean) "
-             "| max \\|ΔKL\\| | max \\|Δgrad_norm\\| | KL range ref / cand | step-time ratio | notes |",
+             ("| model | reference | candidate | equivalent | noise band | max \\|Δloss\\| | max \\|Δreward\\| (mean) "
+              "| max \\|ΔKL\\| | max \\|Δgrad_norm\\| | KL range ref / cand | step-time ratio | notes |"),
              "|---|---|---|---|---|--:|--:|--:|--:|---|--:|---|"]
     for r in sorted(rows, key=lambda r: (r["model"], r["ref_backend"], r["cand_backend"])):
         head = f"| {r['model']} | {r['ref_backend']} | {r['cand_backend']} "
@@ -147,18 +147,18 @@ def training_table(stats_paths) -> str:
     """Backend rows: median step, train wall, peak memory, optimizer, IS correction, step-time breakdown."""
     recs = [stats.load(p) for p in stats_paths]
     phase_cols = " | ".join(f"{p} s" for p in PHASES)
-    lines = ["Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians over "
-             "the same steps of exclusive time (time/<phase>_s in the stats). IS correction: TRL's "
-             "importance-sampling mode and [clip_min, clip_max], the same setting on every backend "
-             "(train.importance_sampling; it acts where the rollout returns its own logprobs), and the sampler's "
-             "logprobs (policy = log_softmax(z / T); processed = renormalised over the tokens top-k/top-p/min-p "
-             "kept, as vLLM returns them to TRL), with per-step medians of the mean and p99 |sampler logprob - "
-             "trainer logprob| per completion token, of the mean weight the correction put on each token's policy "
-             "loss (1 = unchanged) and of the tokens it zeroed, and of the mean log sequence ratio (the sum of the "
-             "per-token log ratios over a completion: a sequence mode's weight is its exponential). The reference "
-             "backend runs once per seed (train.seeds).", "",
-             f"| model | backend | seed | status | steps | median step s | train wall s | peak alloc GB | optimizer "
-             f"| IS correction | {phase_cols} |",
+    lines = [("Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians over "
+              "the same steps of exclusive time (time/<phase>_s in the stats). IS correction: TRL's "
+              "importance-sampling mode and [clip_min, clip_max], the same setting on every backend "
+              "(train.importance_sampling; it acts where the rollout returns its own logprobs), and the sampler's "
+              "logprobs (policy = log_softmax(z / T); processed = renormalised over the tokens top-k/top-p/min-p "
+              "kept, as vLLM returns them to TRL), with per-step medians of the mean and p99 |sampler logprob - "
+              "trainer logprob| per completion token, of the mean weight the correction put on each token's policy "
+              "loss (1 = unchanged) and of the tokens it zeroed, and of the mean log sequence ratio (the sum of the "
+              "per-token log ratios over a completion: a sequence mode's weight is its exponential). The reference "
+              "backend runs once per seed (train.seeds)."), "",
+             (f"| model | backend | seed | status | steps | median step s | train wall s | peak alloc GB | optimizer "
+              f"| IS correction | {phase_cols} |"),
              "|---|---|--:|---|--:|--:|--:|--:|---|---|" + "--:|" * len(PHASES)]
     for r in sorted(recs, key=lambda r: (r["model"], r["backend"], _seed(r) or 0)):
         head = f"| {r['model']} | {r['backend']} | {_fmt(_seed(r), 'd')} "
@@ -237,5 +237,6 @@ def trajectory_charts(df: pd.DataFrame, bands: pd.DataFrame | None = None):
     rows = []
     for m in sorted(df.model.unique()):
         mb = bands[bands.model == m] if bands is not None else None
-        rows.append(alt.hconcat(*(trajectory_chart(df[df.model == m], k, mb) for k in CHART_METRICS)).properties(title=m))
+        panels = (trajectory_chart(df[df.model == m], k, mb) for k in CHART_METRICS)
+        rows.append(alt.hconcat(*panels).properties(title=m))
     return alt.vconcat(*rows).properties(title="GRPO per-step trajectories (grey: the reference seeds' noise band)")

@@ -33,7 +33,10 @@ def t_quantile(p: float, df: float) -> float:
     import mpmath
 
     assert 0.5 < p < 1 and df > 0, (p, df)
-    tail = lambda t: float(mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True)) / 2  # noqa: E731
+
+    def tail(t):  # P(T > t)
+        return float(mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True)) / 2
+
     lo, hi = 0.0, 1.0
     while tail(hi) > 1 - p:
         hi *= 2
