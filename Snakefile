@@ -35,6 +35,7 @@ rule all:
         "results/charts/tps_vs_memory.html",
         TRAIN_STATS,
         COMPARE_PATHS,
+        BAND_PATHS,
         ["results/tables/train.md", "results/tables/equivalence.md", "results/charts/train_steps.html"]
         if TRAIN_STATS
         else [],

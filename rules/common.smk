@@ -37,6 +37,7 @@ GEN_JOBS = rb_config.gen_jobs(CFG)
 GEN_STATS = [j.path for j in GEN_JOBS]
 TRAIN_STATS = [j.path for j in rb_config.train_jobs(CFG)]
 COMPARE_PATHS = rb_config.compare_paths(CFG)
+BAND_PATHS = rb_config.band_paths(CFG)
 _BY_SLUG = {rb_config.model_slug(m): m for m in rb_config.all_models(CFG)}
 # config/models names: the random-init model dirs the `model` rule builds, and the bases `warmstart` starts from
 CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in rb_config.MODEL_CONFIGS.glob("*.json")))
@@ -139,4 +140,8 @@ def train_sources(wc):
 
 
 def train_workload(wc):
-    return rb_config.train_workload(CFG, model_source(wc.model), wc.backend)
+    return rb_config.train_workload(CFG, model_source(wc.model), wc.backend, int(wc.seed))
+
+
+def train_path(model_slug, backend, seed):
+    return rb_config.train_path(model_slug, backend, CFG["train"]["steps"], seed)

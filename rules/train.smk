@@ -1,4 +1,10 @@
-# GRPO training with each rollout backend, then each compared step by step against the reference.
+# GRPO training with each rollout backend (the reference once per seed), the reference seeds' noise band,
+# then each backend compared against the reference: step by step, and window by window against the band.
+
+
+wildcard_constraints:
+    steps=r"\d+",
+    seed=r"\d+",
 
 
 rule train:
@@ -8,7 +14,7 @@ rule train:
         dataset=lambda wc: dataset_input(CFG["train"]["dataset"]),
         code=train_sources,
     output:
-        "results/train/{model}/{backend}/steps{steps}.json",
+        "results/train/{model}/{backend}/steps{steps}-seed{seed}.json",
     params:
         workload=lambda wc: json.dumps(train_workload(wc), sort_keys=True),
         probe=lambda wc: rb_grpo_availability.fingerprint(wc.backend),
@@ -18,9 +24,9 @@ rule train:
         pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
         max_wall=f"--max-wall-s {CFG['train']['max_wall_s']}" if CFG["train"]["max_wall_s"] else "",
     log:
-        "results/logs/train/{model}/{backend}/steps{steps}.log",
+        "results/logs/train/{model}/{backend}/steps{steps}-seed{seed}.log",
     benchmark:
-        "results/benchmarks/train/{model}/{backend}/steps{steps}.tsv"
+        "results/benchmarks/train/{model}/{backend}/steps{steps}-seed{seed}.tsv"
     threads: GPU_JOB_THREADS
     resources:
         gpu=GPU_PER_JOB,
@@ -33,10 +39,29 @@ rule train:
         "--dataset {params.dataset} --steps {wildcards.steps} {params.max_wall} --out {output} > {log} 2>&1"
 
 
+rule band:
+    input:
+        refs=lambda wc: [train_path(wc.model, wc.ref, s) for s in CFG["train"]["seeds"]],
+        code=code("grpo.cli:_band"),
+    output:
+        "results/band/{model}/{ref}.json",
+    params:
+        window=CFG["train"]["band"]["window"],
+        alpha=CFG["train"]["band"]["alpha"],
+    log:
+        "results/logs/band/{model}/{ref}.log",
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "python -m rollout_bench band --refs {input.refs} --window {params.window} --alpha {params.alpha} "
+        "--out {output} > {log} 2>&1"
+
+
 rule compare:
     input:
-        ref="results/train/{model}/{ref}/steps%d.json" % CFG["train"]["steps"],
-        candidate="results/train/{model}/{candidate}/steps%d.json" % CFG["train"]["steps"],
+        ref=lambda wc: train_path(wc.model, wc.ref, CFG["train"]["seeds"][0]),
+        band="results/band/{model}/{ref}.json",
+        candidate=lambda wc: train_path(wc.model, wc.candidate, CFG["train"]["seeds"][0]),
         code=code("grpo.cli:_compare"),
     output:
         "results/compare/{model}/{ref}__{candidate}.json",
@@ -45,13 +70,15 @@ rule compare:
     conda:
         "../envs/core.yaml"
     shell:
-        "python -m rollout_bench compare --ref {input.ref} --candidate {input.candidate} --out {output} > {log} 2>&1"
+        "python -m rollout_bench compare --ref {input.ref} --band {input.band} --candidate {input.candidate} "
+        "--out {output} > {log} 2>&1"
 
 
 rule render_train:
     input:
         stats=TRAIN_STATS,
         comparisons=COMPARE_PATHS,
+        bands=BAND_PATHS,
         code=code("grpo.cli:_render"),
     output:
         train_table=report("results/tables/train.md", caption="../workflow/report/train_table.rst",
@@ -68,5 +95,6 @@ rule render_train:
         "../envs/report.yaml"
     shell:
         "python -m rollout_bench render-train --stats {input.stats} --comparisons {input.comparisons} "
+        "--bands {input.bands} "
         "--train-table {output.train_table} --equivalence-table {output.equivalence} "
         "--chart-html {output.chart_html} --chart-svg {output.chart_svg} > {log} 2>&1"

@@ -20,6 +20,36 @@ def tiny_assets(tmp_path_factory):
     return {k: str(d / k) for k in ("tokenizer", "dataset", "model", "lora")}
 
 
+@pytest.fixture(scope="session")
+def learnable_dir(tmp_path_factory):
+    """The learnable task, 2000 train and 64 held-out problems."""
+    from rollout_bench.assets import learnable
+
+    return learnable.build(tmp_path_factory.mktemp("learnable") / "d", 2000, 64, 11)
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory):
+    """The pipeline's tokenizer (4096 tokens: the tiny configs' vocabulary) and random qwen3-tiny."""
+    from rollout_bench.assets import model, tokenizer
+
+    d = tmp_path_factory.mktemp("warm-base")
+    tokenizer.build(d / "tokenizer", vocab_size=4096)
+    return model.build(ROOT / "config/models/qwen3-tiny.json", d / "model", d / "tokenizer", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_warm(tiny_base, learnable_dir, tmp_path_factory):
+    """A real warm start of qwen3-tiny as the `warmstart` rule makes it (the rule's SFT, a smaller held-out
+    evaluation), once per session (~40 s on 2 cores): {"dir", "card", "base", "dataset"}."""
+    from rollout_bench.assets import warm_card, warm_eval, warmstart
+
+    out = tmp_path_factory.mktemp("warm") / "qwen3-tiny-warm"
+    c = warmstart.build(tiny_base, learnable_dir, out, warmstart.SFTSpec(), warm_eval.EvalSpec(group_prompts=16),
+                        warm_card.Gates())
+    return {"dir": out, "card": c, "base": tiny_base, "dataset": learnable_dir}
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny matmuls run faster, and steadier beside other tests, on one thread."""

@@ -222,8 +222,11 @@ def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
     assert {j.model for j in config.train_jobs(cfg)} == {"qwen3-tiny-warm", "llama-tiny-warm"}
     # generation stays random but for the case with EOS on
     assert {j.model for j in config.gen_jobs(cfg) if j.case != "realistic"} == {"qwen3-tiny", "llama-tiny"}
-    wl = config.train_workload(cfg, "qwen3-tiny-warm", "hf_generate")
+    wl = config.train_workload(cfg, "qwen3-tiny-warm", "hf_generate", 3408)
     assert wl["dataset"] == "learnable" and wl["dtype"] == "float32" and wl["sampling"]["temperature"] == 1.0
+    # a few steps of the learn case: 2 prompts x 4 completions; the seed seeds the trainer and the sampler alike
+    assert wl["per_device_train_batch_size"] == 8 and wl["seed"] == wl["sampling"]["seed"] == 3408
+    assert (wl["is_mode"], wl["is_clip_min"], wl["is_clip_max"]) == ("token_truncate", None, 3.0)
     assert all(p.startswith("results/compare/qwen3-tiny-warm/") or p.startswith("results/compare/llama-tiny-warm/")
                for p in config.compare_paths(cfg))
     spec = config.warmstart_spec(cfg)
@@ -231,13 +234,47 @@ def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
     assert spec["sft"]["steps"] > 0 and spec["eval"]["group_size"] == 8
 
 
-@pytest.mark.parametrize("profile", ["gpu", "smoke"])
-def test_gpu_profiles_train_what_they_generate_with(raw, profile):
-    cfg = resolve_with(raw, profile=profile)
+def test_smoke_profile_trains_what_it_generates_with(raw):
+    cfg = resolve_with(raw, profile="smoke")
     assert not cfg["train"]["warm"] and cfg["train"]["models"] == cfg["models"] and cfg["train"]["dataset"] == "synthetic"
-    # the smoke profile's tiny warm start cannot do sums: its accuracy is recorded, not gated
-    assert config.warmstart_spec(cfg)["gates"]["accuracy_band"] == ([0.15, 0.70] if profile == "gpu" else None)
-    assert config.train_workload(cfg, cfg["models"][0], "flex")["dataset"] == "synthetic"
+    # its tiny warm start (the realistic case's) cannot do sums: its accuracy is recorded, not gated
+    assert config.warmstart_spec(cfg)["gates"]["accuracy_band"] is None
+    assert config.train_workload(cfg, cfg["models"][0], "flex", 3407)["dataset"] == "synthetic"
+
+
+def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
+    cfg = resolve_with(raw, profile="gpu")
+    assert config.warmstart_spec(cfg)["gates"]["accuracy_band"] == [0.15, 0.70]
+    tr = cfg["train"]
+    assert tr["models"] == ["qwen3-4b-warm"] and tr["dataset"] == "learnable" and tr["max_wall_s"]
+    wl = config.train_workload(cfg, "qwen3-4b-warm", "vllm", 3407)
+    assert wl["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": 3407}
+    assert (wl["num_generations"], wl["per_device_train_batch_size"]) == (8, 64) and wl["dtype"] == "bfloat16"
+    jobs = config.train_jobs(cfg)
+    assert sorted(j.seed for j in jobs if j.backend == "hf_generate") == [3407, 3408, 3409]
+    assert {j.seed for j in jobs if j.backend != "hf_generate"} == {3407}
+    assert config.band_paths(cfg) == ["results/band/qwen3-4b-warm/hf_generate.json"]
+    # the learner is a key of its own: the gpu profile can train another model than it generates with
+    other = resolve_with(raw, profile="gpu", train__models=["llama-3.2-3b-warm"])
+    assert other["train"]["models"] == ["llama-3.2-3b-warm"] and other["models"] == ["qwen3-4b"]
+    assert config.train_jobs(other)[0].path == "results/train/llama-3.2-3b-warm/hf_generate/steps40-seed3407.json"
+
+
+@pytest.mark.parametrize("over,says", [
+    ({"train__seeds": [1, 1]}, "config error at train.seeds: [1, 1] repeats a seed"),
+    ({"train__seeds": []}, "config error at train.seeds: [] should be non-empty"),
+    ({"train__importance_sampling": {"clip_min": 3.0, "clip_max": 2.0}},
+     "config error at train.importance_sampling.clip_min: 3.0 is not below clip_max 2.0"),
+    ({"train__importance_sampling": {"clip_max": None}},
+     "config error at train.importance_sampling.clip_max: mode token_truncate needs a bound"),
+    ({"train__importance_sampling": {"mode": "token"}}, "config error at train.importance_sampling.mode:"),
+    ({"train__band": {"alpha": 1.5}}, "config error at train.band.alpha:"),
+    ({"train__models": ["./no/such/model"]}, "config error at train.models: model './no/such/model': no such"),
+])
+def test_bad_learn_case_keys_name_the_field(raw, over, says):
+    with pytest.raises(ConfigError) as e:
+        resolve_with(raw, **over)
+    assert str(e.value).startswith(says), str(e.value)
 
 
 def test_warm_model_names(raw):

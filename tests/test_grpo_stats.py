@@ -113,24 +113,29 @@ def test_spec_from_workload_and_batch_invariant():
 
 def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.002, 0.003, 0.002),
                  n=(4, 4, 4, 4), median=1.0, reward_sha=None, status="ok", lr=5e-6, moved=0.01,
-                 optimizer="adamw_torch"):
+                 optimizer="adamw_torch", is_weight=1.0, seed=3407, cut=0.0):
     wl = {"lora_rank": 32, "num_generations": 4, "sampling": {"temperature": 0.1}, "ignore_eos": False,
-          "max_new_tokens": 16}
+          "max_new_tokens": 16, "seed": seed}
     rec = stats.base("train", backend=backend, variant="default", model="qwen3-tiny", workload=wl)
     path = tmp_path / f"{backend}.json"
     if status != "ok":
         return path, stats.finish(stats.skipped(rec, f"{backend} cannot run here: reason and fix"), path)
     steps = [{"step": i + 1, "loss": l, "reward": -7.5 + i, "kl": k, "grad_norm": 0.5 + i, "step_wall_s": median,
-              "n_completions": c, "completion_len": 16.0, "reward_std": 0.0, "mem_gb": None}
+              "n_completions": c, "completion_len": 16.0, "reward_std": 0.0, "mem_gb": None,
+              "completions/cut_short_frac": cut}
              for i, (l, k, c) in enumerate(zip(loss, kl, n))]
-    if backend == "flex":  # what TRL logs when its IS correction runs
+    if backend == "flex":  # what TRL logs when its IS correction runs, and what importance.py adds
         for i, s in enumerate(steps):
             s.update({"sampling/sampling_logp_difference/mean": 0.01 * (i + 1),
-                      "sampling/importance_sampling_ratio/mean": 1.0 - 0.01 * i})
+                      "sampling/importance_sampling_ratio/mean": 1.0 - 0.01 * i,
+                      "is/logp_gap/mean": 0.01 * (i + 1), "is/logp_gap/p99": 0.1 * (i + 1),
+                      "is/weight/mean": is_weight - 0.01 * i, "is/zeroed/token_frac": 0.0,
+                      "is/seq_log_ratio/mean": -2.0 * (i + 1)})
     rec.update(steps=steps, median_step_s=median, train_wall_s=median * len(steps),
                peak_memory_gb={"allocated": None, "reserved": None}, optimizer=optimizer,
                optimizer_params=64, adapter_update_norm=moved,
-               is_correction=backend == "flex", is_mode="sequence_mask" if backend == "flex" else None,
+               is_correction=backend == "flex", is_mode="token_truncate" if backend == "flex" else None,
+               is_clip=[None, 3.0] if backend == "flex" else None,
                reward_sha256=reward_sha or rewards.source_sha256(),
                grpo={"learning_rate": lr, "num_generations": 4, "device": "cpu", "options": {}})
     return path, stats.finish(rec, path)
@@ -200,10 +205,12 @@ def test_step_time_ratio_of_a_shorter_run_is_over_the_steps_both_ran(tmp_path):
     ({"lr": 1e-5}, "hyperparameters"),
     ({"optimizer": "adamw_8bit"}, "hyperparameters"),  # the trainer's optimizer, not only the grpo dict
     ({"moved": 0.0}, "adapter_trained"),  # an optimizer without the LoRA parameters: nothing learned
+    ({"backend": "flex", "is_weight": 4.6e-6}, "is_weight"),  # TRL's sequence_mask on a bf16 rollout
+    ({"cut": 1.0}, "completion_ends"),  # a rollout that drops its EOS token
 ])
 def test_compare_gate_failures(tmp_path, change, failing):
     ref, _ = _train_stats(tmp_path, "hf_generate")
-    cand, _ = _train_stats(tmp_path, "transformers_cb", **change)
+    cand, _ = _train_stats(tmp_path, change.pop("backend", "transformers_cb"), **change)
     res = compare.compare(ref, cand, tmp_path / "c.json")
     assert not res["gate"]["passed"]
     assert [k for k, c in res["gate"]["checks"].items() if not c["ok"]] == [failing]
@@ -242,30 +249,68 @@ def test_compare_with_a_skipped_backend_says_why(tmp_path):
     assert res["status"] == "skipped" and "candidate vllm is skipped" in res["reason"]
 
 
+def _band(tmp_path, *seeds, **kw):
+    """The band of hf_generate runs under `seeds` (their losses shifted a little per seed)."""
+    from rollout_bench import atomic
+    from rollout_bench.grpo import verdict
+
+    refs = []
+    for i, seed in enumerate(seeds):
+        path, _ = _train_stats(tmp_path / f"s{seed}", "hf_generate", seed=seed,
+                               loss=tuple(v + 0.02 * i for v in (0.1, 0.2, 0.3, 0.2)), **kw)
+        refs.append(stats.load(path))
+    out = tmp_path / "band.json"
+    atomic.write_json(out, verdict.band(refs, window=2, alpha=0.05))
+    return out
+
+
 def test_renderers(tmp_path):
     ref, _ = _train_stats(tmp_path, "hf_generate")
     cand, _ = _train_stats(tmp_path, "flex", median=0.5)
     skip, _ = _train_stats(tmp_path, "vllm", status="skipped")
-    c1, c2 = tmp_path / "c1.json", tmp_path / "c2.json"
-    compare.compare(ref, cand, c1)
-    compare.compare(ref, skip, c2)
-    table = report.equivalence_table([c1, c2])
-    assert table.startswith("Equivalence on random weights.") and "| qwen3-tiny | hf_generate | flex | yes |" in table
+    band = _band(tmp_path, 3407, 3408)
+    c1, c2, c3 = tmp_path / "c1.json", tmp_path / "c2.json", tmp_path / "c3.json"
+    compare.compare(ref, cand, c1, band_path=band)
+    compare.compare(ref, skip, c2, band_path=band)
+    table = report.equivalence_table([c1, c2], [band])
+    assert table.startswith("Equivalence. ") and "| qwen3-tiny | hf_generate | flex | yes | inside (" in table
+    assert "- qwen3-tiny, hf_generate seeds [3407, 3408], windows of 2 steps, alpha 0.05: reward -7 -> -5" in table
+    assert "): +2 ± 0 (sd over seeds; band ± " in table  # reward -7.5 + step in both seeds
     assert "| skipped |" in table and "0.50 |" in table
+    # a loss far above the band: not equivalent, and the notes say where and by how much
+    far, _ = _train_stats(tmp_path / "far", "transformers_cb", loss=(0.1, 0.2, 3.0, 3.0))
+    compare.compare(ref, far, c3, band_path=band)
+    row = next(line for line in report.equivalence_table([c3], [band]).splitlines() if "| transformers_cb |" in line)
+    assert "| NO | OUT (" in row and "loss @ steps 3-4: 3, " in row and " above [" in row
     assert report.equivalence_table([]).endswith("No comparisons in these results (one backend ran).\n")
     train = report.training_table([ref, cand, skip])
-    assert "| qwen3-tiny | flex | ok | 4 | 0.500 |" in train and "skipped: vllm cannot run here" in train
-    # per-step medians of the logged gap (0.01..0.04) and ratio (1.0..0.97)
-    assert "| sequence_mask: mean \\|Δlogp\\| 0.025, mean ratio 0.985 |" in train
+    assert "| qwen3-tiny | flex | 3407 | ok | 4 | 0.500 |" in train and "skipped: vllm cannot run here" in train
+    # per-step medians of the gap (0.01..0.04), its p99 (0.1..0.4), the weight (1.0..0.97) and zeroed tokens
+    assert ("| token_truncate [-, 3]: mean \\|Δlogp\\| 0.025, p99 0.25; weight 0.985, zeroed 0%; "
+            "log sequence ratio -5 |") in train
     rec = json.loads(cand.read_text())
     cand.write_text(json.dumps({**rec, "sampler_logprobs": "processed"}))
-    assert "| sequence_mask (processed logprobs): mean \\|Δlogp\\|" in report.training_table([cand])
+    assert "| token_truncate [-, 3] (processed logprobs): mean \\|Δlogp\\|" in report.training_table([cand])
     assert "| adamw_torch | no |" in train
     df = report.trajectory_frame([ref, cand, skip])
     assert set(df.backend) == {"hf_generate", "flex"} and set(df.metric) == {"reward", "kl", "step_wall_s"}
-    report.save_chart(report.trajectory_charts(df), tmp_path / "t.html", tmp_path / "t.svg")
+    bands = report.band_frame([band])
+    assert set(bands.metric) == {"reward", "kl"}  # loss is banded, not charted
+    assert list(bands[bands.metric == "reward"].step) == [0.5, 2.5, 2.5, 4.5]  # windows 1-2, 3-4 meet at 2.5
+    report.save_chart(report.trajectory_charts(df, bands), tmp_path / "t.html", tmp_path / "t.svg")
     assert (tmp_path / "t.svg").read_text().lstrip().startswith("<svg")
     assert not math.isnan(df.value.sum())
+
+
+def test_old_stats_without_is_figures_render_trls_ratio(tmp_path):
+    """Stats written before importance.py (the published runs) keep TRL's own mean ratio in the table."""
+    cand, _ = _train_stats(tmp_path, "flex")
+    rec = json.loads(cand.read_text())
+    for st in rec["steps"]:
+        for k in [k for k in st if k.startswith("is/")]:
+            del st[k]
+    cand.write_text(json.dumps({**rec, "is_mode": "sequence_mask", "is_clip": None}))
+    assert "| sequence_mask: mean \\|Δlogp\\| 0.025; mean ratio 0.985 |" in report.training_table([cand])
 
 
 def test_training_table_takes_every_median_over_the_median_steps_window(tmp_path):
@@ -291,12 +336,21 @@ def test_cli_commands_run_compare_and_render(tmp_path, capsys):
     cli.add_commands(ap.add_subparsers(dest="cmd", required=True))
     ref, _ = _train_stats(tmp_path, "hf_generate")
     cand, _ = _train_stats(tmp_path, "flex", median=0.5)
-    a = ap.parse_args(["compare", "--ref", str(ref), "--candidate", str(cand), "--out", str(tmp_path / "c.json")])
+    ref2, _ = _train_stats(tmp_path / "s2", "hf_generate", seed=3408, loss=(0.12, 0.22, 0.32, 0.22))
+    band = tmp_path / "band.json"
+    a = ap.parse_args(["band", "--refs", str(ref), str(ref2), "--window", "2", "--alpha", "0.05", "--out", str(band)])
     a.fn(a)
-    assert json.loads(capsys.readouterr().out) == {"status": "ok", "passed": True, "step_time_ratio": 0.5}
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"
+    assert json.loads(band.read_text())["seeds"] == [3407, 3408]
+    a = ap.parse_args(["compare", "--ref", str(ref), "--band", str(band), "--candidate", str(cand),
+                       "--out", str(tmp_path / "c.json")])
+    a.fn(a)
+    assert json.loads(capsys.readouterr().out) == {"status": "ok", "passed": True, "equivalent": True,
+                                                   "step_time_ratio": 0.5}
     a = ap.parse_args(["render-train", "--stats", str(ref), str(cand), "--comparisons", str(tmp_path / "c.json"),
+                       "--bands", str(band),
                        "--train-table", str(tmp_path / "t.md"), "--equivalence-table", str(tmp_path / "e.md"),
                        "--chart-html", str(tmp_path / "c.html"), "--chart-svg", str(tmp_path / "c.svg")])
     a.fn(a)
-    assert "| flex |" in (tmp_path / "t.md").read_text() and "| yes |" in (tmp_path / "e.md").read_text()
+    assert "| flex |" in (tmp_path / "t.md").read_text() and "| yes | inside (" in (tmp_path / "e.md").read_text()
     assert (tmp_path / "c.svg").exists() and (tmp_path / "c.html").exists()

@@ -93,6 +93,27 @@ def test_default_grpo_runs_on_gated_warm_starts_with_reward_spread(workdir):
     assert set(stds) == {"qwen3-tiny-warm", "llama-tiny-warm"} and all(max(v) > 0 for v in stds.values()), stds
 
 
+def test_default_grpo_judges_candidates_against_the_reference_seeds_band(workdir):
+    from rollout_bench import config, stats
+
+    cfg = config.load(workdir / "config/config.yaml")
+    for j in config.train_jobs(cfg):
+        steps = stats.load(workdir / j.path)["steps"]
+        assert len(steps) == 4 and all(s["n_completions"] == 8 and s["accuracy"] is not None for s in steps)
+        assert all(s["completions/cut_short_frac"] == 0 for s in steps)
+        if j.backend == "flex":  # TRL's IS correction runs on the engine's logprobs: weight ~1, nothing zeroed
+            assert all(0.99 < s["is/weight/mean"] < 1.01 and s["is/zeroed/token_frac"] == 0 for s in steps)
+    for p in config.band_paths(cfg):
+        b = stats.read_json(workdir / p)
+        assert b["status"] == "ok" and b["seeds"] == [3407, 3408] and set(b["learning"]) == {"reward", "accuracy"}
+    for p in config.compare_paths(cfg):
+        c = stats.read_json(workdir / p)
+        assert c["band"]["status"] in ("inside", "outside") and c["band"]["windows_compared"] == 2
+        assert {"completion_ends", "is_weight"} <= set(c["gate"]["checks"])
+    table = (workdir / "results/tables/equivalence.md").read_text()
+    assert "| noise band |" in table and "- qwen3-tiny-warm, hf_generate seeds [3407, 3408]" in table
+
+
 def test_second_run_has_nothing_to_do(workdir):
     r = snakemake(workdir, "-n", "--cores", "2")
     assert "Nothing to be done" in r.stdout + r.stderr

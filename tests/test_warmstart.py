@@ -3,56 +3,37 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from rollout_bench.assets import learnable, warm_card, warm_eval, warmstart
 
 from .conftest import ROOT
 
-# the rule's SFT knobs; a smaller held-out set (the gates, not their size, are under test)
-SFT = warmstart.SFTSpec()
-EVAL = warm_eval.EvalSpec(group_prompts=16)
+SFT = warmstart.SFTSpec()  # the rule's SFT knobs, as the session's tiny_warm fixture (conftest.py) runs them
 
 
-@pytest.fixture(scope="module")
-def learn(tmp_path_factory):
-    return learnable.build(tmp_path_factory.mktemp("learnable") / "d", 2000, 64, 11)
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """The pipeline's tokenizer (4096 tokens: the tiny configs' vocabulary) and random qwen3-tiny."""
-    from rollout_bench.assets import model, tokenizer
-
-    d = tmp_path_factory.mktemp("warm")
-    tokenizer.build(d / "tokenizer", vocab_size=4096)
-    return model.build(ROOT / "config/models/qwen3-tiny.json", d / "model", d / "tokenizer", seed=0)
-
-
-def test_tiny_warm_start_meets_the_gates_and_loads_like_any_model_dir(base, learn, tmp_path):
+def test_tiny_warm_start_meets_the_gates_and_loads_like_any_model_dir(tiny_warm):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    c = warmstart.build(base, learn, tmp_path / "warm", SFT, EVAL, warm_card.Gates())
-    assert c["passed"] and warm_card.read(tmp_path / "warm") == c
+    c, out = tiny_warm["card"], tiny_warm["dir"]
+    assert c["passed"] and warm_card.read(out) == c
     f = c["figures"]
     assert f["n_prompts"] == 64 and f["eos_rate"] >= 0.95 and f["format_rate"] >= 0.8 and f["group_std_rate"] >= 0.5
-    assert 0 <= f["accuracy"] <= 1 and f["length_p10"] <= f["length_p50"] <= f["length_p90"] < EVAL.max_new_tokens
+    assert 0 <= f["accuracy"] <= 1 and f["length_p10"] <= f["length_p50"] <= f["length_p90"] < 512
     assert c["training"]["steps"] == SFT.steps and c["training"]["train_loss"] > 0
     # the random model fails the same gates: the SFT is what passes them
-    random_figs = warm_eval.evaluate(base, learnable.split(2000, 64, 11)[1][:8],
+    random_figs = warm_eval.evaluate(tiny_warm["base"], learnable.split(2000, 64, 11)[1][:8],
                                      warm_eval.EvalSpec(max_new_tokens=24, group_prompts=2, group_size=2))
     assert random_figs["format_rate"] < 0.8
-    AutoTokenizer.from_pretrained(tmp_path / "warm")
-    AutoModelForCausalLM.from_pretrained(tmp_path / "warm")
+    AutoTokenizer.from_pretrained(out)
+    AutoModelForCausalLM.from_pretrained(out)
 
 
-def test_the_job_fails_with_the_numbers_and_leaves_no_model(tiny_assets, learn, tmp_path):
+def test_the_job_fails_with_the_numbers_and_leaves_no_model(tiny_assets, learnable_dir, tmp_path):
     spec = {"sft": {"steps": 1, "learning_rate": 1e-3, "batch_size": 2, "max_length": 200, "seed": 0},
             "eval": {"max_new_tokens": 8, "group_prompts": 2, "group_size": 2},
             "gates": {"eos_rate": 0.95, "format_rate": 0.8, "group_std_rate": 0.5, "accuracy_band": None}}
     out = tmp_path / "warm"
     r = subprocess.run([sys.executable, "-m", "rollout_bench", "assets", "warmstart", "--model", tiny_assets["model"],
-                        "--dataset", str(learn), "--spec", json.dumps(spec), "--out", str(out)],
+                        "--dataset", str(learnable_dir), "--spec", json.dumps(spec), "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "eos_rate = 0.000, needs >= 0.95" in r.stderr and "warmstart.steps" in r.stderr, r.stderr[-2000:]

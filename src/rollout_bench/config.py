@@ -144,7 +144,10 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
         if "dataset" in case:
             case["dataset"] = os.path.expanduser(case["dataset"])
     tr = cfg["train"]
-    tr["models"] = [warm_name(m) if tr["warm"] else m for m in cfg["models"]]
+    if tr["models"] is None:  # the learner: each of `models`, or its warm start
+        tr["models"] = [warm_name(m) if tr["warm"] else m for m in cfg["models"]]
+    else:
+        tr["models"] = [os.path.expanduser(m) for m in tr["models"]]
     tr["dataset"] = os.path.expanduser(tr["dataset"]) if tr["dataset"] else cfg["dataset"]["source"]
     return cfg
 
@@ -161,8 +164,29 @@ def _check_autotune(cfg: dict) -> None:
                           f"raise it above {chunk} or set autotune.enabled false")
 
 
+def _check_train(cfg: dict) -> None:
+    tr = cfg["train"]
+    for m in tr["models"] or []:
+        try:
+            model_assets.resolve(m)
+        except ValueError as e:
+            raise ConfigError(f"config error at train.models: {e}") from None
+    if len(set(tr["seeds"])) != len(tr["seeds"]):
+        raise ConfigError(f"config error at train.seeds: {tr['seeds']} repeats a seed (each seed is one more "
+                          f"reference run: give distinct seeds)")
+    imp = tr["importance_sampling"]
+    lo, hi = imp["clip_min"], imp["clip_max"]
+    if lo is not None and hi is not None and lo >= hi:
+        raise ConfigError(f"config error at train.importance_sampling.clip_min: {lo} is not below clip_max {hi} "
+                          f"(give clip_min < clip_max, or null)")
+    if imp["correction"] and imp["mode"].endswith("_truncate") and lo is None and hi is None:
+        raise ConfigError(f"config error at train.importance_sampling.clip_max: mode {imp['mode']} needs a bound "
+                          f"(set clip_max, e.g. 3.0, or clip_min)")
+
+
 def _check(cfg: dict) -> None:
     _check_autotune(cfg)
+    _check_train(cfg)
     cases = cfg["workload"]["cases"]
     for m in cfg["models"]:
         try:
@@ -321,14 +345,22 @@ class TrainJob:
     model: str
     backend: str
     steps: int
+    seed: int
 
     @property
     def path(self) -> str:
-        return f"results/train/{model_slug(self.model)}/{self.backend}/steps{self.steps}.json"
+        return train_path(self.model, self.backend, self.steps, self.seed)
+
+
+def train_path(model: str, backend: str, steps: int, seed: int) -> str:
+    return f"results/train/{model_slug(model)}/{backend}/steps{steps}-seed{seed}.json"
 
 
 def train_jobs(cfg: dict) -> list[TrainJob]:
-    return [TrainJob(m, b, cfg["train"]["steps"]) for m in cfg["train"]["models"] for b in cfg["train_backends"]]
+    """The reference backend runs every seed (its noise band, grpo/verdict.py); the others the first."""
+    tr = cfg["train"]
+    return [TrainJob(m, b, tr["steps"], seed) for m in tr["models"] for b in cfg["train_backends"]
+            for seed in (tr["seeds"] if b == tr["reference"] else tr["seeds"][:1])]
 
 
 def compare_paths(cfg: dict) -> list[str]:
@@ -337,21 +369,38 @@ def compare_paths(cfg: dict) -> list[str]:
             for m in cfg["train"]["models"] for b in cfg["train_backends"] if b != ref]
 
 
-def train_workload(cfg: dict, model: str, backend: str) -> dict:
-    """The resolved GRPO workload of one training job (grpo.config.TrainSpec reads it)."""
+def band_paths(cfg: dict) -> list[str]:
+    """One noise band per trained model, from the reference backend's seeds."""
+    if not cfg["train_backends"]:
+        return []
+    return [f"results/band/{model_slug(m)}/{cfg['train']['reference']}.json" for m in cfg["train"]["models"]]
+
+
+def train_workload(cfg: dict, model: str, backend: str, seed: int) -> dict:
+    """The resolved GRPO workload of one training job (grpo.config.TrainSpec reads it); `seed` seeds the
+    trainer (data order, init) and the sampler alike."""
     tr = cfg["train"]
+    imp = tr["importance_sampling"]
     gpu = uses_gpu(cfg)
     dtype = workload_dtype(cfg, model)
     return {
         "model": model,
+        "seed": seed,
         "lora_rank": cfg["lora"]["rank"],
         "lora_alpha": cfg["lora"]["alpha"],
         "num_generations": tr["num_generations"],
-        "sampling": Sampling.from_config(tr["sampling"], seed=cfg["workload"]["sampling_seed"]).to_dict(),
+        "prompts_per_step": tr["prompts_per_step"],
+        "per_device_train_batch_size": tr["prompts_per_step"] * tr["num_generations"],
+        "learning_rate": tr["learning_rate"],
+        "sampling": Sampling.from_config(tr["sampling"], seed=seed).to_dict(),
         "sampling_preset": tr["sampling"] if isinstance(tr["sampling"], str) else None,
         "ignore_eos": False,
         "max_new_tokens": tr["max_completion_length"],
         "optim": tr["optim"],
+        "importance_sampling": imp["correction"],
+        "is_mode": imp["mode"],
+        "is_clip_min": imp["clip_min"],
+        "is_clip_max": imp["clip_max"],
         "dataset": tr["dataset"],
         "device": "cuda" if gpu else "cpu",
         "dtype": dtype,

@@ -57,6 +57,8 @@ def expected(cfg: dict) -> list[tuple[str, str]]:
         out.append((j.path, j.path.replace("results/generate/", "results/logs/generate/").replace(".json", ".log")))
     for j in config.train_jobs(cfg):
         out.append((j.path, j.path.replace("results/train/", "results/logs/train/").replace(".json", ".log")))
+    for p in config.band_paths(cfg):
+        out.append((p, p.replace("results/band/", "results/logs/band/").replace(".json", ".log")))
     for p in config.compare_paths(cfg):
         out.append((p, p.replace("results/compare/", "results/logs/compare/").replace(".json", ".log")))
     out.append(("results/tables/generate.md", "results/logs/report/render_generate.log"))

@@ -6,6 +6,8 @@
     driver        one training run; job: one job -> stats JSON (kind "train")
     flex_rollout  our engine behind TRL's rollout_func
     stats_callback, phases   per-step TRL keys, wall time, memory, step-time breakdown
-    compare, report          pairwise diffs + gate; tables and per-step charts
+    outcomes, importance     per step: accuracy, completions cut short; what the IS correction did
+    verdict       the reference seeds' noise band per window, a candidate's excursions from it
+    compare, report          pairwise diffs + gate + band verdict; tables and per-step charts
     availability  which backends can run here; cli: the command lines
 """

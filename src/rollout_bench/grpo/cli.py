@@ -1,4 +1,4 @@
-"""`python -m rollout_bench train|compare|render-train`: the GRPO jobs' command lines.
+"""`python -m rollout_bench train|band|compare|render-train`: the GRPO jobs' command lines.
 
 `rollout_bench.__main__` wires them with `grpo.cli.add_commands(sub)`; each handler is one call.
 """
@@ -14,12 +14,22 @@ def _train(a):
     print(json.dumps({k: rec.get(k) for k in ("status", "reason", "median_step_s", "train_wall_s")}))
 
 
+def _band(a):
+    from .. import atomic
+    from .. import stats as stats_contract
+    from . import verdict
+
+    b = verdict.band([stats_contract.load(p) for p in a.refs], window=a.window, alpha=a.alpha)
+    atomic.write_json(a.out, b)
+    print(json.dumps({"status": b["status"], "reason": b["reason"], "learning": b["learning"]}))
+
+
 def _compare(a):
     from . import compare
 
-    res = compare.compare(a.ref, a.candidate, a.out, kl_abs=a.kl_abs, kl_rel=a.kl_rel)
+    res = compare.compare(a.ref, a.candidate, a.out, band_path=a.band, kl_abs=a.kl_abs, kl_rel=a.kl_rel)
     print(json.dumps({"status": res["status"], "passed": (res.get("gate") or {}).get("passed"),
-                      "step_time_ratio": res.get("step_time_ratio")}))
+                      "equivalent": res.get("equivalent"), "step_time_ratio": res.get("step_time_ratio")}))
 
 
 def _render(a):
@@ -27,8 +37,9 @@ def _render(a):
     from . import report
 
     atomic.write_text(a.train_table, report.training_table(a.stats))
-    atomic.write_text(a.equivalence_table, report.equivalence_table(a.comparisons or []))
-    report.save_chart(report.trajectory_charts(report.trajectory_frame(a.stats)), a.chart_html, a.chart_svg)
+    atomic.write_text(a.equivalence_table, report.equivalence_table(a.comparisons or [], a.bands or []))
+    report.save_chart(report.trajectory_charts(report.trajectory_frame(a.stats), report.band_frame(a.bands or [])),
+                      a.chart_html, a.chart_svg)
 
 
 def add_commands(sub) -> None:
@@ -43,8 +54,16 @@ def add_commands(sub) -> None:
                    help="stop between steps before the training wall time passes this (the stats say so)")
     p.set_defaults(fn=_train)
 
-    p = sub.add_parser("compare", help="a backend's GRPO trajectory vs the reference's -> compare JSON")
+    p = sub.add_parser("band", help="the reference seeds' GRPO runs -> their noise band per window (band JSON)")
+    p.add_argument("--refs", nargs="+", required=True)
+    p.add_argument("--window", type=int, required=True)
+    p.add_argument("--alpha", type=float, required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=_band)
+
+    p = sub.add_parser("compare", help="a backend's GRPO trajectory vs the reference's and its band -> compare JSON")
     p.add_argument("--ref", required=True)
+    p.add_argument("--band", default=None, help="the reference seeds' band JSON (`band`); none: no band verdict")
     p.add_argument("--candidate", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--kl-abs", type=float, default=KL_ABS_BOUND)
@@ -56,4 +75,5 @@ def add_commands(sub) -> None:
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--stats", nargs="+", required=True)
     p.add_argument("--comparisons", nargs="*", default=[])
+    p.add_argument("--bands", nargs="*", default=[])
     p.set_defaults(fn=_render)

@@ -1,18 +1,22 @@
-"""Pairwise diff of a backend's GRPO trajectory against a reference backend's, and the equivalence gate.
+"""Pairwise diff of a backend's GRPO trajectory against a reference backend's, the equivalence gate, and the
+verdict against the reference seeds' noise band (verdict.py).
 
-On random weights the completions are noise, so matching rewards or losses is not the test (two
-backends sample different tokens from the same near-greedy distribution). Equivalence here means:
-both runs have a finite loss at every step, their KL stays non-negative and within a bounded range
-of the reference's, both optimizers held the LoRA parameters and moved them, they ran the identical
-reward code and hyper-parameters, and they produced the same number of completions at every step
-both ran. The |diff| figures are reported beside the gate.
+Two backends sample different tokens, so their step-by-step rewards and losses differ for that reason
+alone: the |diff| figures are reported, they are not the test. The gate is what must hold whatever
+the sampling noise: both runs have a finite loss at every step, their KL stays non-negative and within
+a bounded range of the reference's, both optimizers held the LoRA parameters and moved them, they ran
+the identical reward code and hyper-parameters, they produced the same number of completions at every
+step both ran, every completion ended with EOS or at the length limit, and an importance-sampling
+correction, where one ran, left the policy gradient about its size. A candidate is equivalent when the
+gate passes and its windowed reward, accuracy, KL, loss, length and truncation stay inside the band the
+reference's seeds span.
 """
 import math
 import statistics
 
 from .. import atomic
 from .. import stats as stats_contract
-from . import timing
+from . import timing, verdict
 
 TRAJECTORY = ("loss", "reward", "kl", "grad_norm")
 # Hyper-parameters that must match for the trajectories to be comparable; `options`, `device` and
@@ -22,6 +26,10 @@ TRAJECTORY = ("loss", "reward", "kl", "grad_norm")
 NOT_COMPARED = ("options", "device", "dtype", "optim")
 KL_ABS_BOUND = 0.05  # a KL up to this is in range whatever the reference did
 KL_REL_BOUND = 10.0  # ... and up to this many times the reference's largest KL
+# The IS correction's weight per completion token (median over steps of its mean, importance.py) must stay
+# within these: outside, it rescales the policy gradient against the KL term's (TRL's default sequence_mask
+# on a bf16 rollout of 512 tokens reads ~1e-6, or 0)
+IS_WEIGHT_BOUNDS = (0.5, 2.0)
 
 
 def series(rec: dict, key: str) -> dict[int, float | None]:
@@ -48,6 +56,19 @@ def value_range(rec: dict, key: str) -> list[float] | None:
 
 def _check(ok: bool, detail: str) -> dict:
     return {"ok": bool(ok), "detail": detail}
+
+
+def _is_weight(name: str, r: dict) -> tuple[bool, str]:
+    if not r.get("is_correction"):
+        return True, f"{name}: no IS correction (its sampler is the trainer's model)"
+    w = [v for v in series(r, "is/weight/mean").values() if v is not None]
+    if not w:
+        return False, f"{name}: IS correction ({r.get('is_mode')}) ran but its weights were not recorded"
+    med, lo, hi = statistics.median(w), *IS_WEIGHT_BOUNDS
+    zeroed = [v for v in series(r, "is/zeroed/token_frac").values() if v is not None]
+    z = f", {statistics.median(zeroed):.0%} of tokens zeroed" if zeroed else ""
+    return lo <= med <= hi, (f"{name}: {r.get('is_mode')} weights the policy gradient by {med:.3g} per token "
+                             f"(median over steps{z}; bounds [{lo}, {hi}])")
 
 
 def gate(ref: dict, cand: dict, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL_REL_BOUND) -> dict:
@@ -91,14 +112,28 @@ def gate(ref: dict, cand: dict, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL
     differs = sorted(k for k in set(hp(ref)) | set(hp(cand)) if hp(ref).get(k) != hp(cand).get(k))
     checks["hyperparameters"] = _check(bool(ref.get("grpo")) and not differs,
                                        "identical" if not differs else f"differ in {differs}")
+
+    # a completion ends with EOS or at max_completion_length; one that does neither lost its stop token
+    cut = {name: {s: v for s, v in series(r, "completions/cut_short_frac").items() if v} for name, r in
+           (("ref", ref), ("cand", cand))}
+    checks["completion_ends"] = _check(not any(cut.values()), "; ".join(
+        f"{name}: at steps {sorted(c)} up to {max(c.values()):.0%} of completions ended before "
+        f"max_completion_length without EOS" for name, c in cut.items() if c) or
+        "every completion ended with EOS or at max_completion_length")
+
+    is_ok = [_is_weight(name, r) for name, r in (("ref", ref), ("cand", cand))]
+    bad = [d for ok, d in is_ok if not ok]
+    checks["is_weight"] = _check(not bad, "; ".join(bad or [d for _, d in is_ok]))
     return {"passed": all(c["ok"] for c in checks.values()), "checks": checks,
             "kl_bound": {"abs": kl_abs, "rel": kl_rel}}
 
 
-def compare(ref_path, cand_path, out, *, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL_REL_BOUND) -> dict:
+def compare(ref_path, cand_path, out, *, band_path=None, kl_abs: float = KL_ABS_BOUND,
+            kl_rel: float = KL_REL_BOUND) -> dict:
+    """`band_path`: the reference seeds' band (verdict.band); without it the verdict is the gate alone."""
     ref, cand = stats_contract.load(ref_path), stats_contract.load(cand_path)
     result = {
-        "ref": str(ref_path), "candidate": str(cand_path),
+        "ref": str(ref_path), "candidate": str(cand_path), "band_path": str(band_path) if band_path else None,
         "model": cand["model"], "ref_backend": ref["backend"], "cand_backend": cand["backend"],
         "status": "ok", "reason": None,
     }
@@ -123,5 +158,8 @@ def compare(ref_path, cand_path, out, *, kl_abs: float = KL_ABS_BOUND, kl_rel: f
     result["peak_memory_gb"] = {"ref": ref["peak_memory_gb"], "cand": cand["peak_memory_gb"]}
     result["is_correction"] = {"ref": ref.get("is_correction"), "cand": cand.get("is_correction")}
     result["gate"] = gate(ref, cand, kl_abs, kl_rel)
+    result["band"] = verdict.verdict(stats_contract.read_json(band_path), cand) if band_path else None
+    # a band that could not be drawn (one seed) leaves the gate to decide; the table says there was none
+    result["equivalent"] = result["gate"]["passed"] and (result["band"] or {}).get("status") != "outside"
     atomic.write_json(out, result)
     return result

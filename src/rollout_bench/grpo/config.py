@@ -3,6 +3,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 from ..workload import SAMPLING_PRESETS, Sampling
 
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
 
 @dataclass(frozen=True, slots=True)
 class TrainSpec:
@@ -29,8 +31,14 @@ class TrainSpec:
     sampling: Sampling = field(default_factory=lambda: Sampling(**SAMPLING_PRESETS["equivalence"]))
     lora_rank: int = 32
     lora_alpha: int = 64
-    # TRL's vLLM importance-sampling correction; read by `vllm` and by `flex` (engine logprobs).
+    # TRL's vLLM importance-sampling correction; read by `vllm` and by `flex` (engine logprobs). TRL 1.15's
+    # default mode, sequence_mask with no lower bound, multiplies the per-token ratios over a whole completion:
+    # at the bf16 logprob gap of 512-token rollouts that product is 1e-7..1e-2 (or underflows to 0), and it
+    # scales the policy gradient by as much. Token-level truncated IS (TIS) bounds each token's weight instead.
     importance_sampling: bool = True
+    is_mode: str = "token_truncate"
+    is_clip_min: float | None = None
+    is_clip_max: float | None = 3.0
     prompt_quantile: float = 0.9  # the seed drops prompts longer than this quantile of templated lengths
     gradient_checkpointing: bool = True  # TRL's default, identical on every backend
     device: str = "cpu"
@@ -42,6 +50,7 @@ class TrainSpec:
         assert self.batch_size % self.num_generations == 0, (self.batch_size, self.num_generations)
         assert self.kl_reference in ("base", "adapter"), self.kl_reference
         assert self.max_completion_length > 0 and self.lora_rank > 0 and 0 < self.prompt_quantile <= 1
+        assert self.is_mode in IS_MODES, self.is_mode
 
     @property
     def batch_size(self) -> int:
@@ -117,6 +126,9 @@ def grpo_config(spec: TrainSpec, backend: str, *, max_steps: int, output_dir: st
         disable_tqdm=True,
         dataloader_num_workers=0,
         vllm_importance_sampling_correction=spec.importance_sampling,
+        vllm_importance_sampling_mode=spec.is_mode,
+        vllm_importance_sampling_clip_min=spec.is_clip_min,
+        vllm_importance_sampling_clip_max=spec.is_clip_max,
     )
     if backend == "transformers_cb":
         # `use_transformers_paged` is TRL 1.15's deprecated alias of this flag.

@@ -20,7 +20,7 @@ import torch
 from .. import isolation
 from ..assets import chat
 from ..workload import LORA_TARGETS
-from . import data, flex_rollout, rewards, trl_cpu
+from . import data, flex_rollout, importance, outcomes, rewards, trl_cpu
 from .config import TrainSpec, grpo_config
 from .phases import PHASES, PhaseClock
 from .stats_callback import StepStats
@@ -138,7 +138,10 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         if rollout is not None:
             rollout.engine = (engine_factory or flex_rollout.build_engine)(policy, spec, max_prompt_len)
         clock.install(trainer)
+        outcomes.install(trainer)
         is_correction = importance_sampling(backend, spec, args, trainer)
+        recorded = importance.install(trainer)
+        assert recorded == is_correction, (recorded, is_correction)
         train_wall, window, adapter_start, adapter_end, optimized = fit(trainer, policy)
 
     step_records = merge(stats_cb.records(), clock.steps)
@@ -146,6 +149,8 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
         "optimizer": str(getattr(args.optim, "value", args.optim)),
         "is_correction": is_correction,
         "is_mode": args.vllm_importance_sampling_mode if is_correction else None,
+        "is_clip": ([args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max]
+                    if is_correction else None),
         "sampler_logprobs": sampler_logprobs(is_correction, rollout),
         "trainer_class": f"{type(trainer).__module__}.{type(trainer).__name__}",
         "reward_funcs": [f.__name__ for f in trainer.reward_funcs],

@@ -1,4 +1,5 @@
-"""GRPO results rendered: the training table, the equivalence table, per-step charts (reward, KL, step time)."""
+"""GRPO results rendered: the training table, the equivalence table (with the reference's noise band and what it
+learned), per-step charts (reward, accuracy, KL, step time) over the band."""
 import statistics
 
 import altair as alt
@@ -6,41 +7,82 @@ import pandas as pd
 
 from .. import stats
 from ..render import LEGEND, save_chart  # noqa: F401  (save_chart: HTML, SVG and PNG, re-exported for the CLI)
+from . import verdict
 from .phases import PHASES
 
 EQUIVALENCE_CAPTION = (
-    "Equivalence on random weights. The model's completions are noise, so two backends sample different "
-    "tokens and their rewards and losses differ for that reason alone; the |diff| columns measure that, "
-    "they are not the test. A backend is equivalent to the reference when every step has a finite loss, "
-    "its KL stays non-negative and within the bound (the larger of an absolute floor and a multiple of "
-    "the reference's largest KL), both runs' optimizers held the LoRA parameters and moved them, it ran "
-    "the identical reward code (rewards.py sha256), hyper-parameters and optimizer, and it produced the same number "
-    "of completions at every step (over the steps both ran, when one ran fewer: the notes say so). "
-    "Step-time ratio = candidate median step / reference median step, both over steps 4..N of the steps both "
-    "ran."
+    "Equivalence. Two backends sample different tokens, so their step-by-step rewards and losses differ for "
+    "that reason alone; the |diff| columns measure that, they are not the test. A backend is equivalent to the "
+    "reference when (1) the gate holds: every step has a finite loss, its KL stays non-negative and within the "
+    "bound (the larger of an absolute floor and a multiple of the reference's largest KL), both runs' optimizers "
+    "held the LoRA parameters and moved them, it ran the identical reward code (rewards.py sha256), "
+    "hyper-parameters, importance-sampling setting and optimizer, it produced the same number of completions at "
+    "every step (over the steps both ran, when one ran fewer: the notes say so), every completion ended with "
+    "EOS or at the length limit, and an importance-sampling correction, where one ran, weighted the policy "
+    "gradient by 0.5 to 2 per token; and (2) its windowed means "
+    "of reward, accuracy, KL, loss, completion length and truncated fraction stay inside the noise band of the "
+    "reference's seeds (the band column: the largest excursion in band half-widths, 1 = on the edge; the notes "
+    "say where a metric left it and by how much). Step-time ratio = candidate median step / reference median "
+    "step, both over steps 4..N of the steps both ran."
 )
-CHART_METRICS = {"reward": "mean reward", "kl": "KL to reference", "step_wall_s": "step wall (s)"}
+CHART_METRICS = {"reward": "mean reward", "accuracy": "answer accuracy", "kl": "KL to reference",
+                 "step_wall_s": "step wall (s)"}
 
 
 def _fmt(v, spec=".3g"):
     return "" if v is None or (isinstance(v, float) and v != v) else format(v, spec)
 
 
-def equivalence_table(comparison_paths) -> str:
+def learning_lines(band_paths) -> list[str]:
+    """One line per band: its seeds, window and what the reference learned (first vs last window)."""
+    lines = []
+    for b in sorted((stats.read_json(p) for p in band_paths), key=lambda b: str(b.get("model"))):
+        head = f"- {b.get('model')}, {b.get('ref_backend')} seeds {b.get('seeds')}"
+        if b["status"] != "ok":
+            lines.append(f"{head}: no band ({b['reason']})")
+            continue
+        rise = "; ".join(
+            f"{name} {_fmt(x['first'])} -> {_fmt(x['last'])} (steps {x['first_steps'][0]}-{x['first_steps'][1]} -> "
+            f"{x['last_steps'][0]}-{x['last_steps'][1]}): {x['rise']:+.3g} ± {_fmt(x['sd'])} (sd over seeds; "
+            f"band ± {_fmt(x['band_half_width'])})"
+            for name, x in b["learning"].items()) or "one window: no rise measured"
+        lines.append(f"{head}, windows of {b['window']} steps, alpha {b['alpha']}: {rise}")
+    return lines
+
+
+def _band_cell(r: dict) -> str:
+    v = r.get("band")
+    if not v:
+        return "n/a"
+    if v["status"] == "n/a":
+        return f"n/a ({v['reason']})"
+    word = "inside" if v["status"] == "inside" else "OUT"
+    return f"{word} ({_fmt(v['max_half_widths'], '.2f')}, {v['windows_compared']} windows)"
+
+
+def equivalence_table(comparison_paths, band_paths=()) -> str:
     rows = [stats.read_json(p) for p in comparison_paths]
+    head_lines = [EQUIVALENCE_CAPTION, ""]
+    learned = learning_lines(band_paths)
+    if learned:
+        head_lines += ["The reference's run-to-run band, and how much it learned (window means, first -> last):",
+                       *learned, ""]
     if not rows:
-        return EQUIVALENCE_CAPTION + "\n\nNo comparisons in these results (one backend ran).\n"
-    lines = [EQUIVALENCE_CAPTION, "",
-             "| model | reference | candidate | equivalent | max \\|Δloss\\| | max \\|Δreward\\| (mean) "
-             "| max \\|ΔKL\\| | max \\|Δgrad_norm\\| | KL range ref / cand | step-time ratio | notes |",
-             "|---|---|---|---|--:|--:|--:|--:|---|--:|---|"]
+        return "\n".join(head_lines) + "\nNo comparisons in these results (one backend ran).\n"
+    lines = [*head_lines,
+             ("| model | reference | candidate | equivalent | noise band | max \\|Δloss\\| | max \\|Δreward\\| (mean) "
+              "| max \\|ΔKL\\| | max \\|Δgrad_norm\\| | KL range ref / cand | step-time ratio | notes |"),
+             "|---|---|---|---|---|--:|--:|--:|--:|---|--:|---|"]
     for r in sorted(rows, key=lambda r: (r["model"], r["ref_backend"], r["cand_backend"])):
         head = f"| {r['model']} | {r['ref_backend']} | {r['cand_backend']} "
         if r["status"] != "ok":
-            lines.append(head + f"| {r['status']} | | | | | | | {r['reason']} |")
+            lines.append(head + f"| {r['status']} | | | | | | | | {r['reason']} |")
             continue
         d, g = r["diff"], r["gate"]
         failed = [f"{k}: {c['detail']}" for k, c in g["checks"].items() if not c["ok"]]
+        band = r.get("band") or {}
+        failed += [verdict.describe(e) for e in band.get("excursions", [])]
+        failed += [f"{m}: not logged by the candidate" for m in band.get("missing", [])]
         n = r.get("steps") or {}
         if n and n["ref"] != n["cand"]:
             failed.insert(0, f"steps: reference {n['ref']}, candidate {n['cand']}; compared over {r['common_steps']}")
@@ -48,8 +90,9 @@ def equivalence_table(comparison_paths) -> str:
         reward = f"{dmax('reward')} ({_fmt(d['reward']['mean_abs'])})" if d["reward"] else "n/a"
         kl = r["range"]["kl"]
         kl_range = " / ".join(f"[{_fmt(x[0])}, {_fmt(x[1])}]" if x else "n/a" for x in (kl["ref"], kl["cand"]))
-        lines.append(head + f"| {'yes' if g['passed'] else 'NO'} | {dmax('loss')} | {reward} | {dmax('kl')} "
-                            f"| {dmax('grad_norm')} | {kl_range} | {_fmt(r['step_time_ratio'], '.2f')} "
+        equivalent = r.get("equivalent", g["passed"])
+        lines.append(head + f"| {'yes' if equivalent else 'NO'} | {_band_cell(r)} | {dmax('loss')} | {reward} "
+                            f"| {dmax('kl')} | {dmax('grad_norm')} | {kl_range} | {_fmt(r['step_time_ratio'], '.2f')} "
                             f"| {'; '.join(failed)} |")
     return "\n".join(lines) + "\n"
 
@@ -66,13 +109,25 @@ def _step_median(r: dict, key: str):
 
 
 def _is_cell(r: dict) -> str:
-    """'no', or the IS mode with the per-step medians of the sampler-vs-trainer logprob gap and IS ratio."""
+    """'no', or the IS mode and bounds with per-step medians of the sampler-vs-trainer logprob gap and of the
+    weight the correction put on the policy loss (importance.py; stats older than it: TRL's mean ratio)."""
     if not r.get("is_correction"):
         return "no"
-    gap = _step_median(r, "sampling/sampling_logp_difference/mean")
-    ratio = _step_median(r, "sampling/importance_sampling_ratio/mean")
+    clip = r.get("is_clip")
+    bounds = f" [{_fmt(clip[0]) or '-'}, {_fmt(clip[1]) or '-'}]" if clip else ""
     kind = f" ({r['sampler_logprobs']} logprobs)" if r.get("sampler_logprobs") else ""
-    return f"{r.get('is_mode')}{kind}: mean \\|Δlogp\\| {_fmt(gap)}, mean ratio {_fmt(ratio)}"
+    gap = _step_median(r, "is/logp_gap/mean")
+    if gap is None:
+        gap = _step_median(r, "sampling/sampling_logp_difference/mean")
+    p99 = _step_median(r, "is/logp_gap/p99")
+    weight, zeroed = _step_median(r, "is/weight/mean"), _step_median(r, "is/zeroed/token_frac")
+    parts = [f"mean \\|Δlogp\\| {_fmt(gap)}" + (f", p99 {_fmt(p99)}" if p99 is not None else "")]
+    if weight is not None:
+        parts.append(f"weight {_fmt(weight)}, zeroed {_fmt(100 * (zeroed or 0.0), '.0f')}%; "
+                     f"log sequence ratio {_fmt(_step_median(r, 'is/seq_log_ratio/mean'))}")
+    else:
+        parts.append(f"mean ratio {_fmt(_step_median(r, 'sampling/importance_sampling_ratio/mean'))}")
+    return f"{r.get('is_mode')}{bounds}{kind}: {'; '.join(parts)}"
 
 
 def _steps_cell(r: dict) -> str:
@@ -84,21 +139,29 @@ def _steps_cell(r: dict) -> str:
     return f"{n} of {planned} (wall budget {_fmt(budget, '.0f')} s)"
 
 
+def _seed(r: dict):
+    return (r.get("workload") or {}).get("seed")
+
+
 def training_table(stats_paths) -> str:
     """Backend rows: median step, train wall, peak memory, optimizer, IS correction, step-time breakdown."""
     recs = [stats.load(p) for p in stats_paths]
     phase_cols = " | ".join(f"{p} s" for p in PHASES)
-    lines = ["Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians over "
-             "the same steps of exclusive time (time/<phase>_s in the stats). IS correction: TRL's "
-             "importance-sampling mode (and the sampler's logprobs: policy = log_softmax(z / T); processed = "
-             "renormalised over the tokens top-k/top-p/min-p kept, as vLLM returns them to TRL), with per-step "
-             "medians of the mean |sampler logprob - trainer logprob| per token and of the mean IS ratio "
-             "(a sequence mode multiplies the per-token ratios over the whole completion).", "",
-             f"| model | backend | status | steps | median step s | train wall s | peak alloc GB | optimizer "
-             f"| IS correction | {phase_cols} |",
-             "|---|---|---|--:|--:|--:|--:|---|---|" + "--:|" * len(PHASES)]
-    for r in sorted(recs, key=lambda r: (r["model"], r["backend"])):
-        head = f"| {r['model']} | {r['backend']} "
+    lines = [("Median step over steps 4..N (all steps when N < 4); phase columns are per-step medians over "
+              "the same steps of exclusive time (time/<phase>_s in the stats). IS correction: TRL's "
+              "importance-sampling mode and [clip_min, clip_max], the same setting on every backend "
+              "(train.importance_sampling; it acts where the rollout returns its own logprobs), and the sampler's "
+              "logprobs (policy = log_softmax(z / T); processed = renormalised over the tokens top-k/top-p/min-p "
+              "kept, as vLLM returns them to TRL), with per-step medians of the mean and p99 |sampler logprob - "
+              "trainer logprob| per completion token, of the mean weight the correction put on each token's policy "
+              "loss (1 = unchanged) and of the tokens it zeroed, and of the mean log sequence ratio (the sum of the "
+              "per-token log ratios over a completion: a sequence mode's weight is its exponential). The reference "
+              "backend runs once per seed (train.seeds)."), "",
+             (f"| model | backend | seed | status | steps | median step s | train wall s | peak alloc GB | optimizer "
+              f"| IS correction | {phase_cols} |"),
+             "|---|---|--:|---|--:|--:|--:|--:|---|---|" + "--:|" * len(PHASES)]
+    for r in sorted(recs, key=lambda r: (r["model"], r["backend"], _seed(r) or 0)):
+        head = f"| {r['model']} | {r['backend']} | {_fmt(_seed(r), 'd')} "
         if r["status"] != "ok":
             lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (7 + len(PHASES)))
             continue
@@ -111,7 +174,7 @@ def training_table(stats_paths) -> str:
 
 
 def trajectory_frame(stats_paths) -> pd.DataFrame:
-    """Long format: model, backend, step, metric, value (ok runs only)."""
+    """Long format: model, backend, seed, step, metric, value (ok runs only)."""
     rows = []
     for r in (stats.load(p) for p in stats_paths):
         if r["status"] != "ok":
@@ -119,28 +182,61 @@ def trajectory_frame(stats_paths) -> pd.DataFrame:
         for s in r["steps"]:
             for m in CHART_METRICS:
                 if s.get(m) is not None:
-                    rows.append({"model": r["model"], "backend": r["backend"], "step": s["step"],
+                    rows.append({"model": r["model"], "backend": r["backend"], "seed": _seed(r), "step": s["step"],
                                  "metric": m, "value": s[m]})
-    return pd.DataFrame(rows, columns=["model", "backend", "step", "metric", "value"])
+    return pd.DataFrame(rows, columns=["model", "backend", "seed", "step", "metric", "value"])
+
+
+# what a charted metric can be: its band is drawn within this (the verdict keeps the whole band)
+CHART_RANGE = {"accuracy": (0.0, 1.0), "kl": (0.0, None)}
+
+
+def band_frame(band_paths) -> pd.DataFrame:
+    """The bands of the charted metrics as a step function: model, metric, step, lo, hi (two rows per window,
+    at its edges, so adjacent windows meet in a vertical step)."""
+    rows = []
+    for b in (stats.read_json(p) for p in band_paths):
+        for metric, m in (b.get("metrics") or {}).items():
+            if metric not in CHART_METRICS:
+                continue
+            floor, ceil = CHART_RANGE.get(metric, (None, None))
+            for w in m["windows"]:
+                lo = w["lo"] if floor is None else max(floor, w["lo"])
+                hi = w["hi"] if ceil is None else min(ceil, w["hi"])
+                for step in (w["steps"][0] - 0.5, w["steps"][1] + 0.5):
+                    rows.append({"model": b["model"], "metric": metric, "step": step, "lo": lo, "hi": hi})
+    return pd.DataFrame(rows, columns=["model", "metric", "step", "lo", "hi"])
 
 
 # step times span 3 s (flex, vLLM) to 60 s (HF generate): on a linear axis the fast ones share one line
 LOG_SCALE = {"step_wall_s"}
 
 
-def trajectory_chart(df: pd.DataFrame, metric: str) -> alt.Chart:
+def trajectory_chart(df: pd.DataFrame, metric: str, bands: pd.DataFrame | None = None) -> alt.Chart:
+    """One metric per step, a line per backend and seed, over the reference seeds' band (grey) where there is one."""
     scale = alt.Scale(type="log") if metric in LOG_SCALE else alt.Undefined
-    return (alt.Chart(df[df.metric == metric]).mark_line(point=True)
-            .encode(x=alt.X("step:Q", title="optimizer step"),
-                    y=alt.Y("value:Q", title=CHART_METRICS[metric], scale=scale),
-                    color=alt.Color("backend:N", legend=LEGEND), tooltip=["backend", "step", "value"])
-            .properties(width=260, height=180, title=CHART_METRICS[metric]))
+    x = alt.X("step:Q", title="optimizer step")
+    lines = (alt.Chart(df[df.metric == metric]).mark_line(point=True)
+             .encode(x=x, y=alt.Y("value:Q", title=CHART_METRICS[metric], scale=scale),
+                     color=alt.Color("backend:N", legend=LEGEND), detail="seed:N",
+                     tooltip=["backend:N", "seed:N", "step:Q", "value:Q"]))
+    band = bands[bands.metric == metric] if bands is not None else pd.DataFrame()
+    chart = lines
+    if not band.empty:
+        area = (alt.Chart(band).mark_area(opacity=0.25, color="gray")
+                .encode(x=x, y=alt.Y("lo:Q", scale=scale), y2="hi:Q", tooltip=["step:Q", "lo:Q", "hi:Q"]))
+        chart = alt.layer(area, lines)
+    return chart.properties(width=260, height=180, title=CHART_METRICS[metric])
 
 
-def trajectory_charts(df: pd.DataFrame):
-    """One row per model: reward, KL and step time per step, one line per backend."""
+def trajectory_charts(df: pd.DataFrame, bands: pd.DataFrame | None = None):
+    """One row per model: reward, accuracy, KL and step time per step, one line per backend and seed, with the
+    reference seeds' noise band behind them."""
     if df.empty:
         return alt.Chart(pd.DataFrame({"text": ["no training run finished with status ok"]})).mark_text().encode(text="text")
-    rows = [alt.hconcat(*(trajectory_chart(df[df.model == m], k) for k in CHART_METRICS)).properties(title=m)
-            for m in sorted(df.model.unique())]
-    return alt.vconcat(*rows).properties(title="GRPO per-step trajectories")
+    rows = []
+    for m in sorted(df.model.unique()):
+        mb = bands[bands.model == m] if bands is not None else None
+        panels = (trajectory_chart(df[df.model == m], k, mb) for k in CHART_METRICS)
+        rows.append(alt.hconcat(*panels).properties(title=m))
+    return alt.vconcat(*rows).properties(title="GRPO per-step trajectories (grey: the reference seeds' noise band)")

@@ -1,0 +1,115 @@
+"""The equivalence gate can fail: real GRPO runs (TRL's GRPOTrainer, 8 steps of 2 prompts x 4 completions at
+temperature 1.0) on a tiny warm model. The reference's two seeds make the noise band; flex as it is stays inside
+it and passes; flex with one thing broken in its rollout does not, and the verdict says where and by how much."""
+from types import SimpleNamespace
+
+import pytest
+
+from rollout_bench import atomic, stats
+from rollout_bench.grpo import availability, compare, flex_rollout, job, report, verdict
+from rollout_bench.grpo.config import LORA_TARGETS
+
+STEPS, SEEDS, WINDOW = 8, (3407, 3408), 2
+WORKLOAD = {"lora_rank": 32, "lora_alpha": 64, "num_generations": 4, "prompts_per_step": 2,
+            "per_device_train_batch_size": 8, "max_new_tokens": 128, "ignore_eos": False, "device": "cpu",
+            "dtype": "float32", "dataset": "learnable"}
+
+
+class BrokenEngine:
+    """The flex engine with one fault in what its rollouts hand to TRL."""
+
+    def __init__(self, engine, *, drop_eos=False, logprob_shift=0.0):
+        self.engine, self.drop_eos, self.logprob_shift = engine, drop_eos, logprob_shift
+        self.config = engine.config
+
+    def refresh_lora(self, *args, **kwargs):
+        return self.engine.refresh_lora(*args, **kwargs)
+
+    def memory(self):
+        return self.engine.memory()
+
+    def generate(self, prompts, sampling, max_new_tokens, n=1, eos_token_id=None, **kwargs):
+        outs = []
+        for o in self.engine.generate(prompts, sampling, max_new_tokens, n=n, eos_token_id=eos_token_id, **kwargs):
+            ids, lps = list(o.token_ids), [x + self.logprob_shift for x in o.logprobs]
+            if self.drop_eos and len(ids) > 1 and ids[-1] == eos_token_id:
+                ids, lps = ids[:-1], lps[:-1]
+            outs.append(SimpleNamespace(token_ids=ids, logprobs=lps))
+        return outs
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_warm, tmp_path_factory, one_torch_thread):
+    reason = availability.unavailable("flex", 0)
+    if reason:
+        pytest.skip(reason)
+    from rollout_bench.assets import lora
+
+    d = tmp_path_factory.mktemp("gate")
+    lora.build(tiny_warm["dir"], d / "lora", 32, 64, list(LORA_TARGETS), 1e-4, 0)
+    build = flex_rollout.build_engine
+
+    def run(name, backend, seed=SEEDS[0], steps=STEPS, **fault):
+        wl = {**WORKLOAD, "seed": seed, "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
+                                                     "seed": seed}}
+        flex_rollout.build_engine = (lambda *a: BrokenEngine(build(*a), **fault)) if fault else build
+        try:
+            rec = job.run_job(backend=backend, model="qwen3-tiny-warm", workload=wl, model_dir=str(tiny_warm["dir"]),
+                              adapter_dir=str(d / "lora"), dataset_dir=str(tiny_warm["dataset"]), steps=steps,
+                              out=str(d / f"{name}.json"))
+        finally:
+            flex_rollout.build_engine = build
+        assert rec["status"] == "ok", rec["reason"]
+        return d / f"{name}.json"
+
+    refs = [run(f"hf_generate-{s}", "hf_generate", s) for s in SEEDS]
+    band = d / "band.json"
+    atomic.write_json(band, verdict.band([stats.load(p) for p in refs], window=WINDOW, alpha=0.05))
+    out = {"dir": d, "refs": refs, "band": band}
+    # the IS weight shows from the first step: two steps of that candidate are enough
+    for name, fault in {"flex": {}, "flex_no_eos": {"drop_eos": True},
+                        "flex_shifted": {"logprob_shift": 3.0, "steps": 2}}.items():
+        cand = run(name, "flex", **fault)
+        out[name] = compare.compare(refs[0], cand, d / f"compare_{name}.json", band_path=band)
+    return out
+
+
+def test_the_reference_seeds_span_a_band_of_a_learning_run(runs):
+    b = stats.read_json(runs["band"])
+    assert b["status"] == "ok" and b["seeds"] == list(SEEDS) and not b["not_logged"]
+    assert [w["steps"] for w in b["metrics"]["reward"]["windows"]] == [[1, 2], [3, 4], [5, 6], [7, 8]]
+    for name in ("reward", "accuracy", "kl", "truncated"):
+        assert all(w["lo"] <= w["centre"] <= w["hi"] for w in b["metrics"][name]["windows"])
+    for p in runs["refs"]:  # the warm start: a GRPO group's rewards differ, so its advantages are not all zero
+        assert max(s["reward_std"] for s in stats.load(p)["steps"]) > 0
+
+
+def test_flex_as_it_is_is_equivalent(runs):
+    res = runs["flex"]
+    assert res["equivalent"] and res["gate"]["passed"], res["gate"]
+    assert res["band"]["status"] == "inside" and res["band"]["windows_compared"] == STEPS // WINDOW
+    # its own logprobs match the trainer's: TRL's correction leaves each token's policy loss as it is
+    assert "token_truncate weights the policy gradient by 1 per token" in res["gate"]["checks"]["is_weight"]["detail"]
+
+
+def test_a_rollout_that_drops_eos_is_not_equivalent(runs):
+    """Every completion ends without its stop token: TRL reads all of them as truncated."""
+    res = runs["flex_no_eos"]
+    assert not res["equivalent"]
+    check = res["gate"]["checks"]["completion_ends"]
+    assert not check["ok"] and "cand: at steps [1, 2, 3, 4, 5, 6, 7, 8] up to 100% of completions" in check["detail"]
+    # and the band: the truncated fraction, 1 at every step, is far above what the reference's seeds spread over
+    out = [e for e in res["band"]["excursions"] if e["metric"] == "truncated"]
+    assert res["band"]["status"] == "outside" and out and all(e["value"] == 1.0 and e["by"] > 0 for e in out)
+    row = next(line for line in report.equivalence_table([runs["dir"] / "compare_flex_no_eos.json"],
+                                                         [runs["band"]]).splitlines() if "| flex |" in line)
+    assert "| NO | OUT (" in row and "truncated @ steps 1-2: 1, " in row and " above [" in row
+
+
+def test_a_rollout_whose_logprobs_are_off_is_not_equivalent(runs):
+    """Logprobs 3 nats too high: TRL's correction then weights every token's policy loss by e^-3."""
+    res = runs["flex_shifted"]
+    assert not res["equivalent"]
+    check = res["gate"]["checks"]["is_weight"]
+    assert not check["ok"] and "cand: token_truncate weights the policy gradient by 0.0498 per token" in check["detail"]
+    assert [k for k, c in res["gate"]["checks"].items() if not c["ok"]] == ["is_weight"]

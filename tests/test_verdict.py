@@ -1,0 +1,115 @@
+"""The reference seeds' noise band and a candidate's verdict, on synthetic trajectories."""
+import random
+
+import pytest
+
+from rollout_bench.grpo import verdict
+
+
+def rec(seed, backend="hf_generate", status="ok", n=8, **series):
+    """A train stats record: steps 1..N with the given per-step series (None = not logged at that step)."""
+    steps = max(len(v) for v in series.values())
+    out = [{"step": i + 1, "n_completions": n} for i in range(steps)]
+    for key, vals in series.items():
+        for s, v in zip(out, vals):
+            s[verdict.METRICS.get(key, key)] = v
+    return {"backend": backend, "model": "m", "status": status, "reason": None if status == "ok" else "why it did not",
+            "workload": {"seed": seed}, "steps": out}
+
+
+def noisy(seed, mean, sd, steps=12):
+    rng = random.Random(seed)
+    return [mean(s) + rng.gauss(0, sd) for s in range(1, steps + 1)]
+
+
+RISE = lambda s: 0.2 * s  # a reward that rises 0.2 a step
+
+
+def refs(k=2, **kw):
+    return [rec(100 + i, reward=noisy(100 + i, RISE, 0.5, **kw)) for i in range(k)]
+
+
+def test_student_quantiles():
+    assert verdict.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-3)
+    assert verdict.t_quantile(0.975, 3) == pytest.approx(3.1824, abs=1e-3)
+    assert verdict.t_quantile(0.9995, 16) == pytest.approx(4.0150, abs=1e-3)
+    assert verdict.t_quantile(0.975, 1000) == pytest.approx(1.9623, abs=1e-3)
+
+
+def test_band_windows_centres_and_what_the_reference_learned():
+    b = verdict.band(refs(3), window=4, alpha=0.05)
+    assert b["status"] == "ok" and b["seeds"] == [100, 101, 102] and list(b["metrics"]) == ["reward"]
+    assert set(b["not_logged"]) == set(verdict.METRICS) - {"reward"}
+    rows = b["metrics"]["reward"]["windows"]
+    assert [w["steps"] for w in rows] == [[1, 4], [5, 8], [9, 12]]
+    assert rows[0]["lo"] < rows[0]["centre"] < rows[0]["hi"] and rows[0]["centre"] == pytest.approx(0.5, abs=0.5)
+    rise = b["learning"]["reward"]
+    assert rise["first_steps"] == [1, 4] and rise["last_steps"] == [9, 12]
+    assert rise["rise"] == pytest.approx(1.6, abs=0.6) and rise["sd"] > 0  # 0.2 x 8 steps between the centres
+    assert rise["band_half_width"] == rows[-1]["half_width"]
+
+
+def test_a_candidate_like_the_reference_is_inside_and_a_shifted_one_is_out_where_and_by_how_much():
+    b = verdict.band(refs(3), window=4, alpha=0.05)
+    same = verdict.verdict(b, rec(7, backend="flex", reward=noisy(7, RISE, 0.5)))
+    assert same["status"] == "inside" and same["windows_compared"] == 3 and 0 < same["max_half_widths"] <= 1
+    # the same run, 3 reward lower from step 5 on: windows 2 and 3 leave the band, below it
+    shifted = noisy(7, RISE, 0.5)
+    shifted[4:] = [v - 3 for v in shifted[4:]]
+    out = verdict.verdict(b, rec(7, backend="flex", reward=shifted))
+    assert out["status"] == "outside" and [e["steps"] for e in out["excursions"]] == [[5, 8], [9, 12]]
+    e = out["excursions"][0]
+    assert e["metric"] == "reward" and e["by"] < 0 and e["value"] == pytest.approx(e["lo"] + e["by"])
+    assert e["half_widths"] < -1
+    assert verdict.describe(e).startswith("reward @ steps 5-8: ") and " below [" in verdict.describe(e)
+
+
+def test_false_alarms_stay_near_alpha():
+    """Candidates that are the reference under other seeds leave the band in about alpha of the cases."""
+    trials, alpha = 300, 0.1
+    out = 0
+    for t in range(trials):
+        b = verdict.band([rec(s, reward=noisy(s, RISE, 0.5)) for s in (3 * t, 3 * t + 1)], window=3, alpha=alpha)
+        out += verdict.verdict(b, rec(3 * t + 2, reward=noisy(3 * t + 2, RISE, 0.5)))["status"] == "outside"
+    assert out / trials < 2 * alpha, out
+
+
+def test_a_run_stopped_early_is_judged_on_its_complete_windows():
+    b = verdict.band(refs(2), window=4, alpha=0.05)
+    short = rec(7, reward=noisy(7, RISE, 0.5)[:6])  # steps 1-6: window 5-8 incomplete
+    assert verdict.verdict(b, short)["windows_compared"] == 1
+    v = verdict.verdict(b, rec(7, reward=noisy(7, RISE, 0.5)[:3]))
+    assert v["status"] == "n/a" and "no complete window of 4 steps" in v["reason"]
+
+
+def test_a_banded_metric_the_candidate_did_not_log_fails():
+    b = verdict.band([rec(s, reward=noisy(s, RISE, 0.5), kl=noisy(s + 50, lambda _: 0.01, 0.001)) for s in (1, 2)],
+                     window=4, alpha=0.05)
+    v = verdict.verdict(b, rec(3, reward=noisy(3, RISE, 0.5)))
+    assert v["status"] == "outside" and v["missing"] == ["kl"]
+
+
+def test_rates_keep_binomial_noise_when_the_seeds_agree():
+    """No reference completion was truncated: one truncation in a window is noise, all of them is a broken backend."""
+    zeros = [rec(s, truncated=[0.0] * 8) for s in (1, 2)]
+    b = verdict.band(zeros, window=2, alpha=0.05)
+    assert verdict.verdict(b, rec(3, truncated=[0.125, 0.0] + [0.0] * 6))["status"] == "inside"
+    out = verdict.verdict(b, rec(3, truncated=[1.0] * 8))
+    assert out["status"] == "outside" and len(out["excursions"]) == 4 and out["excursions"][0]["by"] > 0.5
+
+
+def test_a_constant_metric_gets_a_float_tolerance_not_a_zero_band():
+    b = verdict.band([rec(s, reward=[-7.5] * 4) for s in (1, 2)], window=2, alpha=0.05)
+    assert verdict.verdict(b, rec(3, reward=[-7.5] * 4))["status"] == "inside"
+    assert verdict.verdict(b, rec(3, reward=[-7.5, -7.5, -7.0, -7.5]))["status"] == "outside"
+
+
+@pytest.mark.parametrize("runs, why", [
+    ([rec(1, reward=[1.0, 2.0])], "one reference seed gives no run-to-run noise (give train.seeds two or more)"),
+    ([rec(1, reward=[1.0, 2.0]), rec(2, status="skipped", reward=[0.0])], "seed 2: skipped (why it did not)"),
+])
+def test_no_band_without_two_good_reference_seeds(runs, why):
+    b = verdict.band(runs, window=1, alpha=0.05)
+    assert b["status"] == "n/a" and b["reason"] == why
+    v = verdict.verdict(b, rec(3, reward=[1.0, 2.0]))
+    assert v["status"] == "n/a" and v["reason"] == f"no band: {why}"
