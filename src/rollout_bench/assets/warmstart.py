@@ -90,6 +90,7 @@ def _callbacks(spec: SFTSpec, tok, probe_rows: list[dict], record: dict) -> list
             record["probe"].append({"step": state.global_step, "accuracy": acc,
                                     "loss": next((h["loss"] for h in reversed(state.log_history) if "loss" in h),
                                                  None)})
+            print(f"probe: {record['probe'][-1]}", flush=True)  # in the log even if the job never ends
 
     return [Budget(), Probe()]
 
