@@ -7,11 +7,11 @@ import pytest
 
 from rollout_bench import atomic, stats
 from rollout_bench.grpo import availability, compare, flex_rollout, job, report, verdict
-from rollout_bench.grpo.config import LORA_TARGETS
+from rollout_bench.workload import LORA_TARGETS
 
 STEPS, SEEDS, WINDOW = 8, (3407, 3408), 2
 WORKLOAD = {"lora_rank": 32, "lora_alpha": 64, "num_generations": 4, "prompts_per_step": 2,
-            "per_device_train_batch_size": 8, "max_new_tokens": 128, "ignore_eos": False, "device": "cpu",
+            "per_device_train_batch_size": 8, "max_new_tokens": 256, "ignore_eos": False, "device": "cpu",
             "dtype": "float32", "dataset": "learnable"}
 
 

@@ -37,16 +37,19 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
                   f"| peak alloc GB | peak reserved GB | setup s | status |",
                   "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
         for r in g.sort_values(["backend", "variant", "batch_size"]).itertuples():
-            status = "ok" if r.status == "ok" else f"{STATUS_MARK[r.status]}: {r.reason}"
             lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {_fmt(r.decode_tps)} "
                          f"| {_fmt(r.decode_tps_best)} | {_fmt(r.pct_of_ref, '.1f')} "
                          f"| {_fmt(r.peak_alloc_gb, '.2f')} | {_fmt(r.peak_reserved_gb, '.2f')} "
-                         f"| {_fmt(r.setup_s, '.1f')} | {status} |")
+                         f"| {_fmt(r.setup_s, '.1f')} | {_status(r)} |")
         lines.append("")
     hw = ", ".join(sorted(set(df.gpu_name.astype(str))))
     lines.insert(0, f"Hardware: {hw}. Decode tok/s = decoded tokens / median round wall; "
                     f"skipped and failed rows say why.\n")
     return "\n".join(lines) + "\n"
+
+
+def _status(r) -> str:
+    return "ok" if r.status == "ok" else f"{STATUS_MARK[r.status]}: {r.reason}"
 
 
 def _eos_section(model: str, case: str, g: pd.DataFrame, reference: str) -> list[str]:
@@ -59,12 +62,11 @@ def _eos_section(model: str, case: str, g: pd.DataFrame, reference: str) -> list
              f"| time to last s | decode occupancy | peak alloc GB | status |",
              "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for r in g.sort_values(["backend", "variant", "batch_size"]).itertuples():
-        status = "ok" if r.status == "ok" else f"{STATUS_MARK[r.status]}: {r.reason}"
         eos = _fmt(100 * r.eos_rate, ".0f") + " %" if pd.notna(r.eos_rate) else "—"
         lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {_fmt(r.decode_tps)} "
                      f"| {_fmt(r.pct_of_ref, '.1f')} | {_fmt(r.len_p50)} | {_fmt(r.len_p90)} | {eos} "
                      f"| {_fmt(r.time_to_last_s, '.2f')} | {_fmt(r.decode_occupancy, '.2f') or '—'} "
-                     f"| {_fmt(r.peak_alloc_gb, '.2f')} | {status} |")
+                     f"| {_fmt(r.peak_alloc_gb, '.2f')} | {_status(r)} |")
     return lines + ["", "Lengths in tokens (EOS included); time to last = the median round wall, which ends with "
                         "the last completion; decode occupancy = rows the engine decoded per decode step / batch "
                         "(— where the engine does not count its rows).", ""]

@@ -24,6 +24,9 @@ from functools import cache
 METRICS = {"reward": "reward", "accuracy": "accuracy", "kl": "kl", "loss": "loss",
            "completion_len": "completion_len", "truncated": "completions/clipped_ratio"}
 RATES = ("accuracy", "truncated")  # fractions of the window's completions
+# the least half-width a band gets: a KL within 1e-4 nats per token of the reference's says nothing about a
+# backend (a tiny learning rate's KL is ~1e-6, where seeds that happen to agree give a band narrower than that)
+ABS_FLOOR = {"kl": 1e-4}
 LEARNING = ("reward", "accuracy")  # what the reference should raise: first vs last window
 
 
@@ -128,7 +131,7 @@ def band(refs: list[dict], *, window: int, alpha: float) -> dict:
             if name in RATES:  # a known (binomial) variance: the normal quantile, not Student's
                 half = max(half, z * math.sqrt(_rate_floor(row["centre"], row["n_steps"] * completions) * spread))
             # equal seeds (a constant metric): a tolerance for float noise, not a zero-width band
-            half = max(half, 1e-9 + 1e-6 * abs(row["centre"]))
+            half = max(half, 1e-9 + 1e-6 * abs(row["centre"]), ABS_FLOOR.get(name, 0.0))
             rows.append({"steps": row["steps"], "centre": row["centre"], "lo": row["centre"] - half,
                          "hi": row["centre"] + half, "half_width": half, "runs": row["runs"]})
         metrics[name] = {"windows": rows, "t": t, "df": b["df"], "sd_step": b["sd_step"], "sd_window": b["sd_window"]}
