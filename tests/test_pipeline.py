@@ -56,7 +56,8 @@ def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
 
     cfg = config.load(workdir / "config/config.yaml")
     jobs = config.gen_jobs(cfg)
-    assert {j.model for j in jobs} == {"qwen3-tiny", "llama-tiny"}
+    # the realistic case runs on the warm starts, the others on the random models
+    assert {j.model for j in jobs} == {"qwen3-tiny", "llama-tiny", "qwen3-tiny-warm", "llama-tiny-warm"}
     statuses = {}
     for j in jobs:
         rec = stats.load(workdir / j.path)  # schema-validated
@@ -65,8 +66,14 @@ def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
     assert statuses["hf_generate"] == {"ok"} and statuses["transformers_cb"] == {"ok"}
     for gpu_only in ("hf_static", "vllm", "unsloth"):
         assert statuses[gpu_only] == {"skipped"}
+    # with EOS on, the warm starts end most completions before the case's 160 tokens, at varied lengths
+    for j in jobs:
+        if j.case == "realistic" and j.backend in ("hf_generate", "flex"):
+            done = stats.load(workdir / j.path)["completions"]
+            assert done["eos_rate"] >= 0.5 and done["completion_tokens"]["p10"] < done["completion_tokens"]["p90"]
+            assert ("decode_occupancy" in done) == (j.backend == "flex"), done  # only flex counts its rows
     table = (workdir / "results/tables/generate.md").read_text()
-    assert "| hf_generate | default |" in table and "skipped" in table
+    assert "| hf_generate | default |" in table and "skipped" in table and "— realistic (EOS on;" in table
     assert "### flex / vllm" in table and "| qwen3-tiny | greedy | 0 | greedy | 1 | 4 |" in table
     for chart in ("tps_vs_batch", "tps_vs_memory", "train_steps"):
         assert (workdir / f"results/charts/{chart}.svg").read_text().lstrip().startswith("<svg")

@@ -21,14 +21,17 @@ from .test_pipeline import copy_tree, snakemake
 
 pytestmark = pytest.mark.slow
 
-# The assets, two hf_generate jobs and the tables: the cpu profile's LoRA cases are left to a backend
-# these runs leave out, so no adapter is built.
-NO_LORA = {"lora": {"backends": ["vllm"]}, "grpo_group": {"backends": ["vllm"]}}
+# The assets, two hf_generate jobs and the tables: the cpu profile's LoRA cases, and its realistic case (on a
+# warm start), are left to a backend these runs leave out, so no adapter or warm start is built.
+NO_LORA = {"lora": {"backends": ["vllm"]}, "grpo_group": {"backends": ["vllm"]},
+           "realistic": {"backends": ["vllm"]}}
 CPU_SUBSET = {"profile": "cpu", "backends": ["hf_generate"], "train_backends": [], "models": ["qwen3-tiny"],
               "workload": {"cases": NO_LORA}}
 # The gpu profile's hf_static job (greedy, B=64) on a leased GPU: `skipped`, no CUDA device answers.
 GPU_SUBSET = {"profile": "gpu", "backends": ["hf_static"], "reference_backend": "hf_static", "train_backends": [],
-              "models": ["qwen3-tiny"], "workload": {"cases": {"lora": {"backends": ["vllm"]}}}}
+              "models": ["qwen3-tiny"], "workload": {"cases": {"lora": {"backends": ["vllm"]},
+                                                               "realistic": {"backends": ["vllm"]},
+                                                               "realistic_t1": {"backends": ["vllm"]}}}}
 # The first status check after 5 s, not the profile's 40: jobs here take seconds.
 POLL = ("--slurm-init-seconds-before-status-checks", "5", "--seconds-between-status-checks", "2")
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+)")

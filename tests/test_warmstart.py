@@ -40,15 +40,15 @@ def test_the_job_fails_with_the_numbers_and_leaves_no_model(tiny_assets, learnab
     assert not out.exists() and not list(tmp_path.glob(".warm.*"))
 
 
-def test_wall_budget_stops_training_and_the_probe_records_accuracy(base, learn, tmp_path):
+def test_wall_budget_stops_training_and_the_probe_records_accuracy(tiny_base, learnable_dir, tmp_path):
     """The GPU knobs that run on CPU too: the budget (probes excluded), the accuracy probe, length grouping."""
     from rollout_bench.assets import dataset
 
-    rows = dataset.load(str(learn)).to_list()
-    held = dataset.load(str(learn), split="test").to_list()
+    rows = dataset.load(str(learnable_dir)).to_list()
+    held = dataset.load(str(learnable_dir), split="test").to_list()
     spec = warmstart.SFTSpec(steps=50, batch_size=4, micro_batch_size=2, max_length=200, group_by_length=True,
                              gradient_checkpointing=True, probe_every=1, probe_prompts=2, max_seconds=1e-6)
-    _, _, info = warmstart.train(base, rows, spec, tmp_path / "t", held)
+    _, _, info = warmstart.train(tiny_base, rows, spec, tmp_path / "t", held)
     assert info["steps_done"] == 1 and info["stopped_by_budget_at_step"] == 1
     (probe,) = info["probe"]
     assert probe["step"] == 1 and 0.0 <= probe["accuracy"] <= 1.0 and info["probe_s"] > 0
