@@ -69,7 +69,12 @@ def greedy_accuracy(model, tok, rows: list[dict], autocast: bool = False, max_ne
     finally:
         tok.padding_side = side
     _, _, answer_fn, _ = rewards.build(tok.eos_token)
-    return float(np.mean([s == 5.0 for s in answer_fn(prompts, done, [str(r["solution"]) for r in rows])]))
+    return _rate(answer_fn(prompts, done, [str(r["solution"]) for r in rows]), rewards.EXACT_ANSWER)
+
+
+def _rate(scores: list[float], exact: float) -> float:
+    """The fraction of scores that are the reward's exact-match score."""
+    return float(np.mean([s == exact for s in scores]))
 
 
 def evaluate(model_dir, rows: list[dict], spec: EvalSpec) -> dict:
@@ -93,8 +98,8 @@ def evaluate(model_dir, rows: list[dict], spec: EvalSpec) -> dict:
     figures = {
         "n_prompts": len(rows),
         "eos_rate": float(np.mean([c.ended for c in greedy])),
-        "format_rate": float(np.mean([s == 3.0 for s in fmt(texts)])),
-        "accuracy": float(np.mean([s == 5.0 for s in answer_fn(prompts, texts, answers)])),
+        "format_rate": _rate(fmt(texts), rewards.EXACT_FORMAT),
+        "accuracy": _rate(answer_fn(prompts, texts, answers), rewards.EXACT_ANSWER),
         "length_p10": float(np.percentile(lengths, 10)),
         "length_p50": float(np.percentile(lengths, 50)),
         "length_p90": float(np.percentile(lengths, 90)),

@@ -13,10 +13,11 @@ does); the figures go into the trainer's metrics, which TRL averages and logs pe
 """
 import functools
 
+from .rewards import EXACT_ANSWER
+
 ACCURACY = "accuracy"
 CUT_SHORT = "completions/cut_short_frac"
 ANSWER_FUNC = "check_answer"
-EXACT = 5.0  # check_answer's score for an exact answer (rewards.py); warm_eval counts accuracy the same way
 
 
 def cut_short(completion_ids: list[list[int]], eos_ids, max_len: int) -> float:
@@ -35,7 +36,7 @@ def install(trainer) -> None:
     def scored(inputs, prompts, completions, completion_ids_list):
         per_func = calculate(inputs, prompts, completions, completion_ids_list)  # [B, n_funcs]
         metrics = trainer._metrics["train" if trainer.model.training else "eval"]
-        metrics[ACCURACY].append((per_func[:, col] == EXACT).float().mean().item())
+        metrics[ACCURACY].append((per_func[:, col] == EXACT_ANSWER).float().mean().item())
         metrics[CUT_SHORT].append(cut_short(completion_ids_list, eos, max_len))
         return per_func
 

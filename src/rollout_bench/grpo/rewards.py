@@ -16,6 +16,11 @@ def _texts(completions) -> list[str]:
     return [c[0]["content"] if isinstance(c, list) else c for c in completions]
 
 
+# the seed's scores for an exact format and an exact answer: accuracy everywhere counts the latter
+EXACT_FORMAT = 3.0
+EXACT_ANSWER = 5.0
+
+
 def build(eos_token: str) -> list:
     """The four reward callables, wired to the tokenizer's eos token (it may trail the solution)."""
     # The solution block must close the response: only whitespace and at most one eos may follow.
@@ -29,7 +34,7 @@ def build(eos_token: str) -> list:
                                flags=re.MULTILINE | re.DOTALL)
 
     def match_format_exactly(completions, **kwargs):
-        return [3.0 if match_format.search(r) is not None else 0.0 for r in _texts(completions)]
+        return [EXACT_FORMAT if match_format.search(r) is not None else 0.0 for r in _texts(completions)]
 
     def match_format_approximately(completions, **kwargs):
         scores = []
@@ -47,7 +52,7 @@ def build(eos_token: str) -> list:
                 continue
             guess = m.group(1)
             if guess == true:
-                scores.append(5.0)
+                scores.append(EXACT_ANSWER)
             elif guess.strip() == true.strip():
                 scores.append(3.5)
             else:
