@@ -44,6 +44,10 @@ class SFTSpec:
         assert self.max_seconds is None or self.max_seconds > 0
         assert self.probe_every >= 0 and self.probe_prompts > 0
 
+    @property
+    def rows_per_forward(self) -> int:
+        return self.micro_batch_size or self.batch_size
+
 
 def specs(d: dict) -> tuple[SFTSpec, warm_eval.EvalSpec, warm_card.Gates]:
     """config.warmstart_spec's dict -> the three specs."""
@@ -111,8 +115,8 @@ def train(model_dir, rows: list[dict], spec: SFTSpec, work_dir, probe_rows: list
     data = datasets.Dataset.from_list(sft_rows(rows, tok, spec.max_length))
     args = SFTConfig(
         output_dir=str(work_dir), max_steps=spec.steps, learning_rate=spec.learning_rate,
-        per_device_train_batch_size=spec.micro_batch_size or spec.batch_size, max_length=spec.max_length,
-        gradient_accumulation_steps=spec.batch_size // (spec.micro_batch_size or spec.batch_size), seed=spec.seed,
+        per_device_train_batch_size=spec.rows_per_forward, max_length=spec.max_length,
+        gradient_accumulation_steps=spec.batch_size // spec.rows_per_forward, seed=spec.seed,
         completion_only_loss=True, lr_scheduler_type="cosine", warmup_steps=max(1, spec.steps // 20),
         weight_decay=0.0, logging_steps=max(1, spec.steps // 10), save_strategy="no", report_to=[],
         use_cpu=not cuda, bf16=spec.bf16, fp16=False, gradient_checkpointing=spec.gradient_checkpointing,
