@@ -82,7 +82,7 @@ rule warmstart:
     output:
         directory("results/assets/models/{model}-warm"),
     params:
-        spec=json.dumps(rb_config.warmstart_spec(CFG), sort_keys=True),
+        spec=lambda wc: json.dumps(rb_config.warmstart_spec(CFG, wc.model), sort_keys=True),
     log:
         "results/logs/assets/warmstart_{model}.log",
     benchmark:

@@ -229,7 +229,7 @@ def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
     assert (wl["is_mode"], wl["is_clip_min"], wl["is_clip_max"]) == ("token_truncate", None, 3.0)
     assert all(p.startswith("results/compare/qwen3-tiny-warm/") or p.startswith("results/compare/llama-tiny-warm/")
                for p in config.compare_paths(cfg))
-    spec = config.warmstart_spec(cfg)
+    spec = config.warmstart_spec(cfg, "qwen3-tiny")
     assert spec["gates"]["accuracy_band"] is None and spec["gates"]["eos_rate"] == 0.95  # not gated on CPU
     assert spec["sft"]["steps"] > 0 and spec["eval"]["group_size"] == 8
 
@@ -238,24 +238,30 @@ def test_smoke_profile_trains_what_it_generates_with(raw):
     cfg = resolve_with(raw, profile="smoke")
     assert not cfg["train"]["warm"] and cfg["train"]["models"] == cfg["models"] and cfg["train"]["dataset"] == "synthetic"
     # its tiny warm start (the realistic case's) cannot do sums: its accuracy is recorded, not gated
-    assert config.warmstart_spec(cfg)["gates"]["accuracy_band"] is None
+    assert config.warmstart_spec(cfg, "qwen3-tiny")["gates"]["accuracy_band"] is None
     assert config.train_workload(cfg, cfg["models"][0], "flex", 3407)["dataset"] == "synthetic"
 
 
 def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     cfg = resolve_with(raw, profile="gpu")
-    assert config.warmstart_spec(cfg)["gates"]["accuracy_band"] == [0.15, 0.70]
+    # the learner is the 0.6B shape's warm start, its accuracy gated; the 4B's (the speed model's) is recorded
+    learner, speed = config.warmstart_spec(cfg, "qwen3-0.6b"), config.warmstart_spec(cfg, "qwen3-4b")
+    assert learner["gates"]["accuracy_band"] == [0.15, 0.70] and speed["gates"]["accuracy_band"] is None
+    assert learner["sft"]["stop_at_accuracy"] == 0.4 and learner["sft"]["probe_every"] > 0
+    assert speed["sft"]["stop_at_accuracy"] is None and speed["sft"]["max_seconds"] <= 360  # the 6 minutes
+    assert learner["sft"]["batch_size"] == speed["sft"]["batch_size"] == 64  # warmstart's, not overridden
     tr = cfg["train"]
-    assert tr["models"] == ["qwen3-4b-warm"] and tr["dataset"] == "learnable" and tr["max_wall_s"]
-    wl = config.train_workload(cfg, "qwen3-4b-warm", "vllm", 3407)
+    assert tr["models"] == ["qwen3-0.6b-warm"] and tr["dataset"] == "learnable" and tr["max_wall_s"]
+    assert "qwen3-4b-warm" in config.all_models(cfg) and "qwen3-0.6b-warm" in config.all_models(cfg)
+    wl = config.train_workload(cfg, "qwen3-0.6b-warm", "vllm", 3407)
     assert wl["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": 3407}
     assert (wl["num_generations"], wl["per_device_train_batch_size"]) == (8, 64) and wl["dtype"] == "bfloat16"
     jobs = config.train_jobs(cfg)
     assert sorted(j.seed for j in jobs if j.backend == "hf_generate") == [3407, 3408, 3409]
     assert {j.seed for j in jobs if j.backend != "hf_generate"} == {3407}
-    assert config.band_paths(cfg) == ["results/band/qwen3-4b-warm/hf_generate.json"]
+    assert config.band_paths(cfg) == ["results/band/qwen3-0.6b-warm/hf_generate.json"]
     # the learner is a key of its own: the gpu profile can train another model than it generates with
-    other = resolve_with(raw, profile="gpu", train__models=["llama-3.2-3b-warm"])
+    other = resolve_with(raw, profile="gpu", profiles__gpu__train__models=["llama-3.2-3b-warm"])
     assert other["train"]["models"] == ["llama-3.2-3b-warm"] and other["models"] == ["qwen3-4b"]
     assert config.train_jobs(other)[0].path == "results/train/llama-3.2-3b-warm/hf_generate/steps40-seed3407.json"
 
@@ -296,6 +302,13 @@ def test_warm_model_names(raw):
     ({"warmstart__n_test": 100}, "warmstart.n_test", "minimum of 256"),
     ({"warmstart__gates__accuracy_band": [0.2]}, "warmstart.gates.accuracy_band", "lo, hi"),
     ({"warmstart__stepz": 3}, "warmstart", "unknown key"),
+    ({"warmstart__models": {"qwen3-huge": {"steps": 3}}}, "warmstart.models.qwen3-huge", "not a name in config/models"),
+    ({"warmstart__models": {"qwen3-tiny": {"stepz": 3}}}, "warmstart.models.qwen3-tiny", "unknown key"),
+    ({"warmstart__models": {"qwen3-tiny": {"stop_at_accuracy": 1.5}}}, "warmstart.models.qwen3-tiny.stop_at_accuracy",
+     "maximum of 1"),
+    ({"warmstart__stop_at_accuracy": 0.4}, "warmstart.stop_at_accuracy", "set warmstart.probe_every"),
+    ({"warmstart__models": {"qwen3-tiny": {"stop_at_accuracy": 0.4}}}, "warmstart.models.qwen3-tiny.stop_at_accuracy",
+     "probe_every"),
 ])
 def test_bad_warm_start_keys_name_the_field(raw, over, field, says):
     with pytest.raises(ConfigError, match=rf"at {re.escape(field)}[: ].*{re.escape(says)}"):

@@ -53,3 +53,17 @@ def test_wall_budget_stops_training_and_the_probe_records_accuracy(tiny_base, le
     (probe,) = info["probe"]
     assert probe["step"] == 1 and 0.0 <= probe["accuracy"] <= 1.0 and info["probe_s"] > 0
     assert info["train_s"] >= 0 and all("loss" in h for h in info["log"])
+
+
+def test_a_probe_at_the_target_accuracy_stops_training(tiny_base, learnable_dir, tmp_path):
+    """stop_at_accuracy lands a learner in the band: training ends at the first probe that reaches it."""
+    from rollout_bench.assets import dataset
+
+    rows = dataset.load(str(learnable_dir)).to_list()
+    held = dataset.load(str(learnable_dir), split="test").to_list()
+    # every accuracy reaches 0.0: the first probe (step 2) stops a 50-step run
+    spec = warmstart.SFTSpec(steps=50, batch_size=2, max_length=200, probe_every=2, probe_prompts=2,
+                             stop_at_accuracy=0.0)
+    _, _, info = warmstart.train(tiny_base, rows, spec, tmp_path / "t", held)
+    assert info["steps_done"] == 2 and info["stopped_at_accuracy_step"] == 2
+    assert [p["step"] for p in info["probe"]] == [2] and "stopped_by_budget_at_step" not in info

@@ -184,9 +184,25 @@ def _check_train(cfg: dict) -> None:
                           f"(set clip_max, e.g. 3.0, or clip_min)")
 
 
+def _check_warmstart(cfg: dict) -> None:
+    ws = cfg["warmstart"]
+    knobs = [("warmstart", ws)]
+    for name, over in ws["models"].items():
+        if not (MODEL_CONFIGS / f"{name}.json").exists():
+            known = ", ".join(sorted(p.stem for p in MODEL_CONFIGS.glob("*.json")))
+            raise ConfigError(f"config error at warmstart.models.{name}: not a name in config/models/ (only those "
+                              f"have a warm start; known: {known})")
+        knobs.append((f"warmstart.models.{name}", {**ws, **over}))
+    for where, k in knobs:
+        if k["stop_at_accuracy"] is not None and not k["probe_every"]:
+            raise ConfigError(f"config error at {where}.stop_at_accuracy: it is read off the accuracy probe, which "
+                              f"is off (set {where}.probe_every to a number of steps)")
+
+
 def _check(cfg: dict) -> None:
     _check_autotune(cfg)
     _check_train(cfg)
+    _check_warmstart(cfg)
     cases = cfg["workload"]["cases"]
     for m in cfg["models"]:
         try:
@@ -415,15 +431,22 @@ def autotune_workload(cfg: dict, model: str) -> dict:
             "dtype": workload_dtype(cfg, model)}
 
 
-def warmstart_spec(cfg: dict) -> dict:
-    """The warmstart job's knobs (assets.warmstart.specs reads them): the accuracy band on GPU profiles only."""
-    ws = copy.deepcopy(cfg["warmstart"])
-    gates = ws.pop("gates")
-    sft = ("steps", "learning_rate", "batch_size", "max_length", "seed", "bf16", "gradient_checkpointing",
-           "group_by_length", "max_seconds", "probe_every", "probe_prompts", "micro_batch_size")
-    return {"sft": {k: ws[k] for k in sft},
-            "eval": {k: ws[k] for k in ("max_new_tokens", "group_prompts", "group_size")},
-            "gates": {**gates, "accuracy_band": gates["accuracy_band"] if uses_gpu(cfg) else None}}
+WARMSTART_SFT = ("steps", "learning_rate", "batch_size", "max_length", "seed", "bf16", "gradient_checkpointing",
+                 "group_by_length", "max_seconds", "probe_every", "probe_prompts", "micro_batch_size",
+                 "stop_at_accuracy")
+WARMSTART_EVAL = ("max_new_tokens", "group_prompts", "group_size")
+
+
+def warmstart_spec(cfg: dict, model: str) -> dict:
+    """The knobs of `model`'s warmstart job (assets.warmstart.specs reads them): warmstart, with
+    warmstart.models[model] over it. The accuracy band is gated on GPU profiles, for a model GRPO trains
+    (a warm start that only generates, e.g. the speed model, records its accuracy)."""
+    ws = _deep_merge({k: v for k, v in cfg["warmstart"].items() if k != "models"},
+                     cfg["warmstart"]["models"].get(model, {}))
+    gated = uses_gpu(cfg) and warm_name(model) in cfg["train"]["models"]
+    return {"sft": {k: ws[k] for k in WARMSTART_SFT},
+            "eval": {k: ws[k] for k in WARMSTART_EVAL},
+            "gates": {**ws["gates"], "accuracy_band": ws["gates"]["accuracy_band"] if gated else None}}
 
 
 def uses_gpu(cfg: dict) -> bool:

@@ -36,6 +36,9 @@ class SFTSpec:
     # rows per forward pass (gradients accumulate to batch_size): a real vocabulary's logits over 64 rows of
     # 512 tokens are tens of GB
     micro_batch_size: int | None = None
+    # stop at the first probe reading at least this accuracy: a learner that would overshoot the gates'
+    # band stops inside it, where GRPO still has room to learn
+    stop_at_accuracy: float | None = None
 
     def __post_init__(self):
         assert self.steps > 0 and self.learning_rate > 0 and self.batch_size > 0 and self.max_length > 0
@@ -43,6 +46,7 @@ class SFTSpec:
             "warmstart.batch_size must be a multiple of warmstart.micro_batch_size"
         assert self.max_seconds is None or self.max_seconds > 0
         assert self.probe_every >= 0 and self.probe_prompts > 0
+        assert self.stop_at_accuracy is None or self.probe_every, "warmstart.stop_at_accuracy needs probe_every"
 
     @property
     def rows_per_forward(self) -> int:
@@ -95,6 +99,9 @@ def _callbacks(spec: SFTSpec, tok, probe_rows: list[dict], record: dict) -> list
                                     "loss": next((h["loss"] for h in reversed(state.log_history) if "loss" in h),
                                                  None)})
             print(f"probe: {record['probe'][-1]}", flush=True)  # in the log even if the job never ends
+            if spec.stop_at_accuracy is not None and acc >= spec.stop_at_accuracy:
+                record["stopped_at_accuracy_step"] = state.global_step
+                control.should_training_stop = True
 
     return [Budget(), Probe()]
 
@@ -136,8 +143,9 @@ def train(model_dir, rows: list[dict], spec: SFTSpec, work_dir, probe_rows: list
             "log": [h for h in trainer.state.log_history if "loss" in h]}
     if spec.probe_every:
         info.update(probe=record["probe"], probe_s=round(record["probe_s"], 2))
-    if "stopped_by_budget_at_step" in record:
-        info["stopped_by_budget_at_step"] = record["stopped_by_budget_at_step"]
+    for k in ("stopped_by_budget_at_step", "stopped_at_accuracy_step"):
+        if k in record:
+            info[k] = record[k]
     if cuda:
         info["peak_memory_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
         info["gpu"] = torch.cuda.get_device_name()
