@@ -185,14 +185,12 @@ def _check_train(cfg: dict) -> None:
 
 
 def _check_warmstart(cfg: dict) -> None:
-    ws = cfg["warmstart"]
-    knobs = [("warmstart", ws)]
-    for name, over in ws["models"].items():
-        if not (MODEL_CONFIGS / f"{name}.json").exists():
-            known = ", ".join(sorted(p.stem for p in MODEL_CONFIGS.glob("*.json")))
+    knobs = [("warmstart", cfg["warmstart"])]
+    for name in cfg["warmstart"]["models"]:
+        if name not in model_assets.config_names():
             raise ConfigError(f"config error at warmstart.models.{name}: not a name in config/models/ (only those "
-                              f"have a warm start; known: {known})")
-        knobs.append((f"warmstart.models.{name}", {**ws, **over}))
+                              f"have a warm start; known: {', '.join(model_assets.config_names())})")
+        knobs.append((f"warmstart.models.{name}", _warmstart_knobs(cfg, name)))
     for where, k in knobs:
         if k["stop_at_accuracy"] is not None and not k["probe_every"]:
             raise ConfigError(f"config error at {where}.stop_at_accuracy: it is read off the accuracy probe, which "
@@ -437,12 +435,17 @@ WARMSTART_SFT = ("steps", "learning_rate", "batch_size", "max_length", "seed", "
 WARMSTART_EVAL = ("max_new_tokens", "group_prompts", "group_size")
 
 
+def _warmstart_knobs(cfg: dict, model: str) -> dict:
+    """warmstart, with warmstart.models[model] over it."""
+    return _deep_merge({k: v for k, v in cfg["warmstart"].items() if k != "models"},
+                       cfg["warmstart"]["models"].get(model, {}))
+
+
 def warmstart_spec(cfg: dict, model: str) -> dict:
     """The knobs of `model`'s warmstart job (assets.warmstart.specs reads them): warmstart, with
     warmstart.models[model] over it. The accuracy band is gated on GPU profiles, for a model GRPO trains
     (a warm start that only generates, e.g. the speed model, records its accuracy)."""
-    ws = _deep_merge({k: v for k, v in cfg["warmstart"].items() if k != "models"},
-                     cfg["warmstart"]["models"].get(model, {}))
+    ws = _warmstart_knobs(cfg, model)
     gated = uses_gpu(cfg) and warm_name(model) in cfg["train"]["models"]
     return {"sft": {k: ws[k] for k in WARMSTART_SFT},
             "eval": {k: ws[k] for k in WARMSTART_EVAL},

@@ -45,6 +45,11 @@ def warm_base(source: str) -> str | None:
     return base if base and (MODEL_CONFIGS / f"{base}.json").exists() else None
 
 
+def config_names() -> list[str]:
+    """The names of config/models/*.json: the models built from a shipped config (and warm-started)."""
+    return sorted(p.stem for p in MODEL_CONFIGS.glob("*.json"))
+
+
 def resolve(source: str) -> str:
     """A name of config/models/*.json, such a name + `-warm`, a local model directory, or a hub id (as is).
 
@@ -68,6 +73,6 @@ def resolve(source: str) -> str:
         return "dir"
     if "/" in source:
         return "hub"
-    known = ", ".join(sorted(p.stem for p in MODEL_CONFIGS.glob("*.json")))
+    known = ", ".join(config_names())
     raise ValueError(f"model {source!r}: no config/models/{source}.json, no such directory, not a hub id "
                      f"(owner/name); known configs: {known} (each also as <name>{WARM}: its warm start)")
