@@ -249,7 +249,8 @@ def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     assert learner["gates"]["accuracy_band"] == [0.15, 0.70] and speed["gates"]["accuracy_band"] is None
     assert learner["sft"]["stop_at_accuracy"] == 0.4 and learner["sft"]["probe_every"] > 0
     assert speed["sft"]["stop_at_accuracy"] is None and speed["sft"]["max_seconds"] <= 360  # the 6 minutes
-    assert learner["sft"]["batch_size"] == speed["sft"]["batch_size"] == 64  # warmstart's, not overridden
+    assert learner["sft"]["batch_size"] == speed["sft"]["batch_size"] == 16  # warmstart's, not overridden
+    assert not learner["sft"]["gradient_checkpointing"] and speed["sft"]["gradient_checkpointing"]
     tr = cfg["train"]
     assert tr["models"] == ["qwen3-0.6b-warm"] and tr["dataset"] == "learnable" and tr["max_wall_s"]
     assert "qwen3-4b-warm" in config.all_models(cfg) and "qwen3-0.6b-warm" in config.all_models(cfg)

@@ -54,12 +54,13 @@ def test_worked_solutions_score_full_marks_on_the_grpo_rewards(rows):
     assert numbers(None, texts, answers) == [3.5] * len(rows)
 
 
-def test_worked_solution_walks_each_event_and_counts_down(rows):
+def test_worked_solution_walks_each_event_by_its_number(rows):
     for r in rows[:200]:
         work = r["worked_solution"].split("\n")
         assert work[0].startswith("Start: ") and work[-1].startswith(chat.REASONING_END)
         steps = work[1:-1]
-        assert [int(s.split(" ")[0]) for s in steps] == list(range(r["difficulty"] - 1, -1, -1))
+        n = r["difficulty"]
+        assert [s.split(":")[0] for s in steps] == [f"{i} of {n}" for i in range(1, n + 1)]
         for s in steps:  # each line's arithmetic is right
             a, op, b, c = re.search(r"(\d+) ([-+*/]) (\d+) = (\d+)\.$", s).groups()
             assert eval(f"{a} {op.replace('/', '//')} {b}") == int(c)  # noqa: S307 (our own digits)

@@ -61,7 +61,10 @@ def problem(rng: random.Random) -> dict:
     for i in range(1, n + 1):
         sentence, line, value = _step(rng, value, item)
         text.append(f"{i}. {sentence}")
-        work.append(f"{n - i} left: {line}.")  # a countdown: the line that says 0 is the last, a one-token cue
+        # "i of n": n is copied from the prompt, i counts up to it and names the prompt's line "i." to read; a
+        # countdown ("n - i left") needs a subtraction before the first line and learnt slower on CPU
+        # (results/published/h200x2-2026-12-01-warmstart-attempt3/cpu_ab_line_labels.*)
+        work.append(f"{i} of {n}: {line}.")
     text.append(f"How many {item} does the {place} have at the end?")
     worked = "\n".join(work) + f"\n{REASONING_END}{SOLUTION_START}{value}{SOLUTION_END}"
     return {"prompt": "\n".join(text), "solution": str(value), "worked_solution": worked,

@@ -12,7 +12,7 @@ def build(out_dir, vocab_size: int = 4096, seed: int = 0) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    # both built datasets' text, so that the warm start's worked solutions ("Start:", "left:") are words
+    # both built datasets' text, so that the warm start's worked solutions ("Start:", "of") are words
     corpus = [chat.SYSTEM_PROMPT] + [r["prompt"] + " " + r["solution"] for r in dataset.generate(4000, seed)]
     corpus += [r["prompt"] + "\n" + r["worked_solution"] for r in learnable.generate(2000, seed)]
     tok = Tokenizer(models.BPE())
