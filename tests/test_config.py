@@ -5,6 +5,7 @@ import pytest
 import yaml
 
 from rollout_bench import config
+from rollout_bench.assets import warmstart
 from rollout_bench.config import ConfigError
 
 from .conftest import ROOT
@@ -232,6 +233,8 @@ def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
     spec = config.warmstart_spec(cfg, "qwen3-tiny")
     assert spec["gates"]["accuracy_band"] is None and spec["gates"]["eos_rate"] == 0.95  # not gated on CPU
     assert spec["sft"]["steps"] > 0 and spec["eval"]["group_size"] == 8
+    # the schema's defaults and SFTSpec's are one set of knobs: the tests' tiny warm start (SFTSpec()) is the rule's
+    assert warmstart.SFTSpec(**spec["sft"]) == warmstart.SFTSpec()
 
 
 def test_smoke_profile_trains_what_it_generates_with(raw):

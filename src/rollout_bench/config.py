@@ -186,10 +186,11 @@ def _check_train(cfg: dict) -> None:
 
 def _check_warmstart(cfg: dict) -> None:
     knobs = [("warmstart", cfg["warmstart"])]
+    known = model_assets.config_names()
     for name in cfg["warmstart"]["models"]:
-        if name not in model_assets.config_names():
+        if name not in known:
             raise ConfigError(f"config error at warmstart.models.{name}: not a name in config/models/ (only those "
-                              f"have a warm start; known: {', '.join(model_assets.config_names())})")
+                              f"have a warm start; known: {', '.join(known)})")
         knobs.append((f"warmstart.models.{name}", _warmstart_knobs(cfg, name)))
     for where, k in knobs:
         if k["stop_at_accuracy"] is not None and not k["probe_every"]:
