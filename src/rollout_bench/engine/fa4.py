@@ -10,6 +10,10 @@ import torch
 
 FA4_Q_BLOCK = 256  # FA4's query tile; the prefill BlockMask uses it as its Q block size
 TRITON_Q_BLOCK = 128
+# Largest head dim FA4's forward kernels are built for. Gemma-4's full-attention layers (head dim
+# 512) are beyond it: the prefill then runs flex's Triton kernel for every layer, since one packed
+# BlockMask (one Q block size) serves all layers.
+FA4_MAX_HEAD_DIM = 256
 
 
 def importable() -> bool:
@@ -19,8 +23,8 @@ def importable() -> bool:
         return False
 
 
-def unsupported(device) -> str | None:
-    """Why FA4 prefill cannot run on `device`; None when it can."""
+def unsupported(device, head_dims=()) -> str | None:
+    """Why FA4 prefill cannot run on `device` for attention of these head dims; None when it can."""
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return "no CUDA device"
@@ -29,24 +33,33 @@ def unsupported(device) -> str | None:
         return f"compute capability {major}.{minor} < 9.0 (FA4 needs Hopper or Blackwell)"
     if not importable():
         return "flash-attn-4 is not installed (flash_attn.cute not importable)"
+    too_big = [d for d in head_dims if d > FA4_MAX_HEAD_DIM]
+    if too_big:
+        return f"head_dim {max(too_big)} > {FA4_MAX_HEAD_DIM} (FA4's largest)"
     return None
 
 
-def use_fa4(setting: str, device) -> bool:
+def why_not(setting: str, device, head_dims=()) -> str | None:
+    """Why the prefill does not run FA4 under `setting`; None when it does (the flex backend's stats
+    record it as engine.fa4_prefill)."""
     assert setting in ("auto", "on", "off"), setting
-    if setting == "off":
-        return False
-    why = unsupported(device)
+    return "fa4_prefill='off'" if setting == "off" else unsupported(device, head_dims)
+
+
+def use_fa4(setting: str, device, head_dims=()) -> bool:
+    why = why_not(setting, device, head_dims)
     if why is None:
         return True
+    if setting == "off":
+        return False
     if setting == "on":
         warnings.warn(f"fa4_prefill='on' but {why}; falling back to the Triton flex_attention prefill",
                       RuntimeWarning, stacklevel=2)
     return False
 
 
-def prefill_options(setting: str, device, options: dict) -> tuple[dict, int]:
-    """(kernel options, Q block size) for the prefill flex_attention call."""
-    if use_fa4(setting, device):
+def prefill_options(setting: str, device, options: dict, head_dims=()) -> tuple[dict, int]:
+    """(kernel options, Q block size) for the prefill flex_attention call of layers with these head dims."""
+    if use_fa4(setting, device, head_dims):
         return {**options, "BACKEND": "FLASH"}, FA4_Q_BLOCK
     return {k: v for k, v in options.items() if k != "BACKEND" or v != "FLASH"}, TRITON_Q_BLOCK
