@@ -75,6 +75,8 @@ class Generator:
                 "cuda_graphs": self.engine.runner.graphs_on,
                 "fused_projections": self.engine.runner.fused[0][0] is not None,
                 "decode_kernel_options": dict(cfg.decode_kernel_options),
+                # what ran the prefill attention: FA4, or flex's Triton kernel and why (fa4.why_not)
+                "fa4_prefill": "FLASH" if (why := self.engine.runner.fa4_reason) is None else f"triton ({why})",
                 "last_round": getattr(self, "last_call", None)}
 
     def close(self):

@@ -7,7 +7,7 @@ flex backend's gate, the GPU self-check and the logprob-gap study all compare th
 import torch
 
 from ..workload import Sampling
-from .model_runner import float_logits
+from .logits import lm_logits
 
 # Largest first-token |logit| difference to HF, and the top-2 margin under which a greedy
 # disagreement counts as an argmax tie of the reference rather than an error.
@@ -18,10 +18,11 @@ LOGIT_TOL = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
 def reference_logits(reference, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
     """HF's logits for ids [1, T] at positions start.. -> [T - start, V] float32, projected like the
     engine's (fp32 output, no rounding to bf16), so a comparison sees the two forward passes and not
-    two roundings. `reference`: an HF CausalLM, PEFT-wrapped (adapter unmerged) or not."""
+    two roundings; then the model's final softcap (Gemma), as HF's head applies it. `reference`: an
+    HF CausalLM, PEFT-wrapped (adapter unmerged) or not."""
     lm = reference.get_base_model() if hasattr(reference, "get_base_model") else reference
     h = lm.model(input_ids=ids).last_hidden_state[0, start:]  # [T - start, hidden], after the final norm
-    return float_logits(lm.lm_head, h)
+    return lm_logits(lm, h)
 
 
 def gate_prompts(vocab: int, page_size: int, seed: int = 0) -> list[list[int]]:

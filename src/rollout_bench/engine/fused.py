@@ -31,7 +31,8 @@ def fuse_layers(layers) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def fusable(layers) -> bool:
-    """Plain bias-free Linear projections (a PEFT LoRA wrapper is not fused)."""
-    mods = [getattr(layer.self_attn, n) for layer in layers for n in ("q_proj", "k_proj", "v_proj")]
-    mods += [getattr(layer.mlp, n) for layer in layers for n in ("gate_proj", "up_proj")]
+    """Plain bias-free Linear projections (a PEFT LoRA wrapper is not fused, nor a layer without its own
+    k/v projections: Gemma-4's KV-sharing layers)."""
+    mods = [getattr(layer.self_attn, n, None) for layer in layers for n in ("q_proj", "k_proj", "v_proj")]
+    mods += [getattr(layer.mlp, n, None) for layer in layers for n in ("gate_proj", "up_proj")]
     return all(type(m) is nn.Linear and m.bias is None for m in mods)

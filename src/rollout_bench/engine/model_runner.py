@@ -1,7 +1,9 @@
-"""Runs an HF Qwen3/Llama CausalLM over the paged KV cache with flex_attention.
+"""Runs an HF Qwen3/Llama/Gemma-4 CausalLM over the paged KV cache with flex_attention.
 
 The HF decoder layers are walked here: norms, MLP and projections are the HF modules themselves
 (so PEFT-wrapped projections work too); only attention is replaced (models/ + flex_attention).
+models/ gives each architecture's layer pieces and a plan of its layers (RoPE table, head dim,
+sliding window, which layer's K/V a layer reads); the walk below follows the plan.
 Prefill packs every prompt into one row with a document-causal mask and writes K/V into the
 pages; decode attends from each row to the whole pool through a physical BlockMask built from the
 page table. On CUDA the decode step of each batch bucket is captured as one CUDA graph that
@@ -11,12 +13,13 @@ a chunk of graph replays with no host work in between.
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from . import fa4, fused, models, sampler
+from . import fa4, fused, masks, models, sampler
 from .config import EngineConfig
 from .kv_cache import KVCache
+from .logits import float_logits, lm_logits  # noqa: F401 (float_logits: imported from here by callers)
 from .lora import causal_lm
+from .masks import prefill_block_mask
 from .page_table import PageTable
 from .sequence import Sequence
 
@@ -48,24 +51,6 @@ def prefill_attention(q, k, v, block_mask, scale, kernel_options):
                           kernel_options=kernel_options)
 
 
-def pre_attention(layer, h, cos, sin, project_qkv, w_qkv=None):
-    """Norm, q/k/v projections and RoPE. h [N, T, hidden] -> q [N, Hq, T, D], k and v [N, Hkv, T, D]."""
-    q, k, v = project_qkv(layer.self_attn, layer.input_layernorm(h), w_qkv)
-    q, k = apply_rotary_pos_emb(q, k, cos, sin)
-    return q, k, v
-
-
-def post_attention(layer, h, o, w_gate_up=None):
-    """o_proj of the attention output o [N, Hq, T, D], residual, MLP (gate/up as one GEMM if fused)."""
-    N, _, T, _ = o.shape
-    h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(N, T, -1))
-    x = layer.post_attention_layernorm(h)
-    if w_gate_up is None:
-        return h + layer.mlp(x)
-    gate, up = F.linear(x, w_gate_up).chunk(2, -1)
-    return h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
-
-
 _COMPILED = {}
 
 
@@ -81,41 +66,6 @@ def compiled(fn, dynamic: bool):
     return _COMPILED[fn]
 
 
-def prefill_block_mask(doc_start: torch.Tensor, q_block: int, kv_block: int, mask_mod, device) -> BlockMask:
-    """Block lists of the packed document-causal mask, built from doc_start [Tp] (non-decreasing).
-
-    q block i sees kv blocks from its first row's document start to its last row: one contiguous
-    range, all left as partial blocks (mask_mod is evaluated on each). Cheap, where
-    create_block_mask would evaluate the mask over all Tp x Tp pairs.
-    """
-    Tp = doc_start.numel()
-    assert Tp % q_block == 0
-    nq, nkv = Tp // q_block, -(-Tp // kv_block)
-    first = torch.arange(nq) * q_block  # [nq]
-    lo = doc_start[first] // kv_block
-    hi = (first + q_block - 1) // kv_block
-    num = (hi - lo + 1).to(torch.int32).view(1, 1, nq)
-    idx = (lo[:, None] + torch.arange(nkv)[None]).clamp(max=nkv - 1).to(torch.int32).view(1, 1, nq, nkv)
-    return BlockMask.from_kv_blocks(num.to(device), idx.to(device), BLOCK_SIZE=(q_block, kv_block),
-                                    mask_mod=mask_mod, seq_lengths=(Tp, Tp), compute_q_blocks=False)
-
-
-def float_logits(head: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
-    """h [n, hidden] -> logits [n, V] in float32, never rounded to the weights' dtype.
-
-    TRL's loss head computes the trainer's logprobs this way (fp32 output of a bf16 matmul). A bf16
-    rounding of the logits (an error of up to 0.03 at |z| = 8) becomes ten times that logprob error
-    at the GRPO sampling temperature of 0.1, which TRL's importance-sampling correction then reads as
-    off-policy."""
-    if h.dtype == torch.float32:
-        return head(h)
-    if h.is_cuda:
-        z = torch.mm(h, head.weight.t(), out_dtype=torch.float32)
-    else:  # mm's out_dtype is CUDA-only; fp32 products of bf16 inputs are exact, only the sum order differs
-        z = h.float() @ head.weight.float().t()
-    return z if head.bias is None else z + head.bias.float()
-
-
 class ModelRunner:
     def __init__(self, model, cfg: EngineConfig, fuse: bool = False):
         """fuse: re-lay q/k/v and gate/up weights as fused tensors (fused.py); the caller decides,
@@ -124,11 +74,16 @@ class ModelRunner:
         lm = causal_lm(model)
         self.lm, self.layers = lm, lm.model.layers
         self.fused = fused.fuse_layers(self.layers) if fuse else [(None, None)] * len(self.layers)
-        self.project_qkv = models.project_qkv(lm.config.model_type)
+        self.arch = models.arch(lm.config.model_type)
+        self.project_qkv = self.arch.project_qkv
+        self.plan = self.arch.plan(lm)
+        # store layers whose fresh K/V a KV-sharing layer reads in a prefill
+        self.kv_sources = {p.kv_source for i, p in enumerate(self.plan) if p.kv_source != i}
+        self.windows = sorted({p.window for p in self.plan}, key=lambda w: -1 if w is None else w)
         emb = lm.model.embed_tokens.weight
         self.device, self.dtype = emb.device, emb.dtype
         self.vocab = lm.lm_head.weight.shape[0]
-        self.scale = self.layers[0].self_attn.scaling
+        self.scale = self.plan[0].scale
         self.allocate_kv_cache()
         self.choose_kernels()
         self.build_rope_tables()
@@ -137,13 +92,15 @@ class ModelRunner:
         self.pool = None
 
     def allocate_kv_cache(self) -> None:
-        """The paged KV pool and its page table, as many pages as EngineConfig.pages gives."""
-        cfg, attn = self.cfg, self.layers[0].self_attn
-        n_kv, head_dim = self.lm.config.num_key_value_heads, attn.head_dim
+        """The paged KV pool and its page table, as many pages as EngineConfig.pages gives; pages
+        only for the layers that store K/V."""
+        cfg = self.cfg
+        shapes = [(p.kv_heads, p.head_dim) for p in self.plan]
+        source = [p.kv_source for p in self.plan]
         P = self.P = cfg.page_size
-        num_pages = cfg.pages(KVCache.bytes_per_page(len(self.layers), n_kv, head_dim, P, self.dtype))
+        num_pages = cfg.pages(KVCache.bytes_per_page(shapes, source, P, self.dtype))
         self.pages = PageTable(num_pages, P, cfg.max_batch, cfg.max_pages_per_seq, self.device)
-        self.kv = KVCache(len(self.layers), n_kv, head_dim, num_pages, P, self.dtype, self.device)
+        self.kv = KVCache(shapes, source, num_pages, P, self.dtype, self.device)
         self.kv_len = num_pages * P
 
     def choose_kernels(self) -> None:
@@ -154,25 +111,25 @@ class ModelRunner:
         compile_on = on_cuda if cfg.compile is None else cfg.compile
         # The KV write stays outside the compiled code: an in-place update of a slice of the pool
         # inside a graph risks a functionalised copy of the whole pool.
-        self.pre = compiled(pre_attention, True) if compile_on else pre_attention
-        self.post = compiled(post_attention, True) if compile_on else post_attention
+        self.pre = compiled(self.arch.pre_attention, True) if compile_on else self.arch.pre_attention
+        self.post = compiled(self.arch.post_attention, True) if compile_on else self.arch.post_attention
         self.attn_decode = compiled(decode_attention, False) if compile_on else dense_attention
         self.attn_prefill = compiled(prefill_attention, True) if compile_on else dense_attention
         # A batch of 1 would make torch.compile specialise a second set of graphs (sizes 0 and 1
         # are special to it): compiled, bucket 1 runs as bucket 2 with one padding row.
         self.buckets = tuple(b for b in cfg.buckets if not (compile_on and b == 1 and cfg.max_batch > 1))
         self.decode_opts = (dict(cfg.decode_kernel_options) or None) if on_cuda else None
-        opts, self.q_block = fa4.prefill_options(cfg.fa4_prefill, self.device, cfg.prefill_kernel_options)
+        head_dims = sorted({p.head_dim for p in self.plan})
+        opts, self.q_block = fa4.prefill_options(cfg.fa4_prefill, self.device, cfg.prefill_kernel_options, head_dims)
+        self.fa4_reason = fa4.why_not(cfg.fa4_prefill, self.device, head_dims)  # None: FA4 runs the prefill
         self.prefill_opts = (opts or None) if on_cuda else None
 
     @torch.no_grad()
     def build_rope_tables(self) -> None:
-        # RoPE tables from the model's own rotary module: cos/sin of position p are an outer
-        # product, so gathering rows of the table gives HF's values bit for bit.
-        emb = self.lm.model.embed_tokens.weight
+        """cos/sin [S, D] per RoPE table key, from the model's own rotary module."""
         pos = torch.arange(self.cfg.max_seq_len, device=self.device)[None]  # [1, S]
-        cos, sin = self.lm.model.rotary_emb(emb[:1][None], pos)  # [1, S, D]
-        self.cos, self.sin = cos[0], sin[0]
+        self.rope = self.arch.rope(self.lm, pos)
+        self.cos, self.sin = self.rope[self.plan[0].rope]
 
     def allocate_decode_buffers(self) -> None:
         """Static decode buffers: graphs read and write these addresses on every replay."""
@@ -186,29 +143,17 @@ class ModelRunner:
         self.out_lp = torch.zeros(B, cfg.max_chunk, dtype=torch.float32, device=dev)
         self.step_i = torch.zeros(1, dtype=torch.long, device=dev)
         self.ones = torch.ones(B, 1, 1, dtype=torch.int32, device=dev)
-        self._decode_mask = self._make_decode_mask()
+        self.decode_masks = {w: masks.decode_mask_mod(self.slot, self.pos, self.pages.logical_dev, self.P, w)
+                             for w in self.windows}
+        self._decode_mask = self.decode_masks.get(None)
         n_prefill = max(cfg.max_prefill_tokens, cfg.max_seq_len)
         self.doc_start = torch.zeros(-(-n_prefill // self.q_block) * self.q_block, dtype=torch.long, device=dev)
-        self._prefill_mask = self._make_prefill_mask()
+        self.prefill_masks = {w: masks.prefill_mask_mod(self.doc_start, w) for w in self.windows}
+        self._prefill_mask = self.prefill_masks.get(None)
 
-    # the masks close over fixed buffers, so compiled code sees one mask_mod function, never a new one
-    def _make_decode_mask(self):
-        slot, pos, logical, P = self.slot, self.pos, self.pages.logical_dev, self.P
-
-        def decode_mask(b, h, q_idx, kv_idx):
-            page = logical[slot[b], kv_idx // P]  # logical page of this physical page in row b's sequence
-            return (page >= 0) & (page * P + kv_idx % P <= pos[b])
-
-        return decode_mask
-
-    def _make_prefill_mask(self):
-        doc_start = self.doc_start
-
-        # document-causal through a per-query lookup only (no docs[kv_idx]), the form FA4 runs fast
-        def prefill_mask(b, h, q_idx, kv_idx):
-            return (kv_idx <= q_idx) & (kv_idx >= doc_start[q_idx])
-
-        return prefill_mask
+    def layer_steps(self):
+        """(layer, plan, (k_cache, v_cache) it reads, fused weights, its index) per decoder layer."""
+        return zip(self.layers, self.plan, self.kv.layers, self.fused, range(len(self.layers)))
 
     # prefill
     @torch.no_grad()
@@ -236,48 +181,49 @@ class ModelRunner:
         dev = self.device
         ids, pos, addr = ids.to(dev), pos.to(dev), addr.to(dev)
         self.doc_start[:Tp].copy_(doc_start)
-        mask = prefill_block_mask(doc_start, self.q_block, 128, self._prefill_mask, dev)
-        cos, sin = self.cos[pos][None], self.sin[pos][None]  # [1, Tp, D]
-        h = self.lm.model.embed_tokens(ids[None])  # [1, Tp, hidden]
-        for layer, (k_cache, v_cache), (w_qkv, w_gu) in zip(self.layers, self.kv.layers, self.fused):
-            q, k, v = self.pre(layer, h, cos, sin, self.project_qkv, w_qkv)  # [1, H, Tp, D]
-            k_cache.index_copy_(2, addr, k)
-            v_cache.index_copy_(2, addr, v)
+        block_masks = {w: prefill_block_mask(doc_start, self.q_block, 128, self.prefill_masks[w], dev, w)
+                       for w in self.windows}
+        rope = {key: (cos[pos][None], sin[pos][None]) for key, (cos, sin) in self.rope.items()}  # [1, Tp, D]
+        h, layer_inputs = self.arch.embed(self.lm, ids[None])  # [1, Tp, hidden], [1, Tp, L, Dp] or None
+        fresh = {}  # store layer -> its K/V of this pass, for the layers that share it
+        for layer, plan, (k_cache, v_cache), (w_qkv, w_gu), i in self.layer_steps():
+            q, k, v = self.pre(layer, h, *rope[plan.rope], self.project_qkv, w_qkv)  # [1, H, Tp, D]
+            if k is None:  # a KV-sharing layer: its store layer already wrote the pages
+                k, v = fresh[plan.kv_source]
+            else:
+                k_cache.index_copy_(2, addr, k)
+                v_cache.index_copy_(2, addr, v)
+                if i in self.kv_sources:
+                    fresh[i] = (k, v)
             # a fresh prefill attends to its own K/V; the pages are only written
-            o = self.attn_prefill(q, k, v, mask, self.scale, self.prefill_opts)
-            h = self.post(layer, h, o, w_gu)
+            o = self.attn_prefill(q, k, v, block_masks[plan.window], plan.scale, self.prefill_opts)
+            h = self.post(layer, h, o, w_gu, None if layer_inputs is None else layer_inputs[:, :, i])
         h = h[0, torch.tensor(last, device=dev)]  # [n, hidden]
-        return float_logits(self.lm.lm_head, self.lm.model.norm(h))
+        return lm_logits(self.lm, self.lm.model.norm(h))
 
     # decode
-    def decode_inputs(self, b: int) -> tuple[BlockMask, torch.Tensor]:
-        """The physical BlockMask and KV write addresses [b] of the first b rows."""
-        pos, slot = self.pos[:b], self.slot[:b]
-        table = self.pages.table_dev[slot]  # [b, W] logical -> physical page
-        blk = pos // self.P  # [b] logical page being written
-        last = table.gather(1, blk[:, None])  # [b, 1]
-        W = table.shape[1]
-        # Full blocks: the pages before the current one (no mask_mod evaluated); partial block: the
-        # current page. Both index tensors share one shape, as the decode kernel assumes.
-        mask = BlockMask.from_kv_blocks(
-            self.ones[:b], last.expand(b, W).contiguous().view(b, 1, 1, W),
-            blk.to(torch.int32).view(b, 1, 1), table.view(b, 1, 1, W),
-            BLOCK_SIZE=self.P, mask_mod=self._decode_mask, seq_lengths=(1, self.kv_len), compute_q_blocks=False)
-        return mask, last[:, 0].long() * self.P + pos % self.P
+    def decode_inputs(self, b: int, window: int | None = None) -> tuple[BlockMask, torch.Tensor]:
+        """The physical BlockMask (of layers with this sliding window) and KV write addresses [b] of
+        the first b rows."""
+        table = self.pages.table_dev[self.slot[:b]]  # [b, W] logical -> physical page
+        return masks.decode_block_mask(table, self.pos[:b], self.P, self.ones[:b], self.decode_masks[window],
+                                       self.kv_len, window)
 
     def decode_step(self, b: int, how: str) -> None:
         """One decode step over the first b rows of the static buffers (the body of a CUDA graph)."""
         ids, pos = self.ids[:b], self.pos[:b]
-        mask, addr = self.decode_inputs(b)
-        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]  # [b, 1, D]
-        h = self.lm.model.embed_tokens(ids[:, None])  # [b, 1, hidden]
-        for layer, (k_cache, v_cache), (w_qkv, w_gu) in zip(self.layers, self.kv.layers, self.fused):
-            q, k, v = self.pre(layer, h, cos, sin, self.project_qkv, w_qkv)  # [b, H, 1, D]
-            k_cache.index_copy_(2, addr, k.transpose(0, 2))  # rows become the token axis: [1, Hkv, b, D]
-            v_cache.index_copy_(2, addr, v.transpose(0, 2))
-            o = self.attn_decode(q, k_cache, v_cache, mask, self.scale, self.decode_opts)
-            h = self.post(layer, h, o, w_gu)
-        logits = float_logits(self.lm.lm_head, self.lm.model.norm(h[:, 0]))  # [b, V]
+        block_masks = {w: self.decode_inputs(b, w) for w in self.windows}
+        addr = block_masks[self.windows[0]][1]
+        rope = {key: (cos[pos][:, None], sin[pos][:, None]) for key, (cos, sin) in self.rope.items()}  # [b, 1, D]
+        h, layer_inputs = self.arch.embed(self.lm, ids[:, None])  # [b, 1, hidden], [b, 1, L, Dp] or None
+        for layer, plan, (k_cache, v_cache), (w_qkv, w_gu), i in self.layer_steps():
+            q, k, v = self.pre(layer, h, *rope[plan.rope], self.project_qkv, w_qkv)  # [b, H, 1, D]
+            if k is not None:  # else a KV-sharing layer: k_cache, v_cache are its store layer's, written
+                k_cache.index_copy_(2, addr, k.transpose(0, 2))  # rows become the token axis: [1, Hkv, b, D]
+                v_cache.index_copy_(2, addr, v.transpose(0, 2))
+            o = self.attn_decode(q, k_cache, v_cache, block_masks[plan.window][0], plan.scale, self.decode_opts)
+            h = self.post(layer, h, o, w_gu, None if layer_inputs is None else layer_inputs[:, :, i])
+        logits = lm_logits(self.lm, self.lm.model.norm(h[:, 0]))  # [b, V]
         params = sampler.Params(self.temp[:b], self.top_k[:b], self.top_p[:b], self.min_p[:b], self.seed[:b])
         tok, lp = sampler.sample(logits, params, pos + 1, how, self.cfg.sampler_topk_cap,
                                  self.cfg.logprobs == "processed")

@@ -1,5 +1,8 @@
-"""Llama-3.x attention projections: q, k, v for the flex path (RoPE and KV handled by the runner)."""
+"""Llama-3.x layer pieces for the flex path (RoPE tables, KV and masks handled by the runner)."""
 import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from .arch import Arch, LayerPlan
 
 
 def qkv(attn, x, w_qkv=None):
@@ -18,3 +21,40 @@ def project_qkv(attn, x, w_qkv=None):
     """attn: an HF LlamaAttention -> q [N, Hq, T, D], k and v [N, Hkv, T, D]."""
     q, k, v = qkv(attn, x, w_qkv)
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def pre_attention(layer, h, cos, sin, project_qkv, w_qkv=None):
+    """Norm, q/k/v projections and RoPE. h [N, T, hidden] -> q [N, Hq, T, D], k and v [N, Hkv, T, D]."""
+    q, k, v = project_qkv(layer.self_attn, layer.input_layernorm(h), w_qkv)
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    return q, k, v
+
+
+def post_attention(layer, h, o, w_gate_up=None, layer_input=None):
+    """o_proj of the attention output o [N, Hq, T, D], residual, MLP (gate/up as one GEMM if fused)."""
+    N, _, T, _ = o.shape
+    h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(N, T, -1))
+    x = layer.post_attention_layernorm(h)
+    if w_gate_up is None:
+        return h + layer.mlp(x)
+    gate, up = F.linear(x, w_gate_up).chunk(2, -1)
+    return h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+
+
+def embed(lm, ids):
+    return lm.model.embed_tokens(ids), None
+
+
+def plan(lm) -> list[LayerPlan]:
+    n_kv = lm.config.num_key_value_heads
+    return [LayerPlan("default", layer.self_attn.head_dim, n_kv, layer.self_attn.scaling, None, i)
+            for i, layer in enumerate(lm.model.layers)]
+
+
+def rope(lm, pos):
+    # cos/sin of position p are an outer product, so gathering rows of the table gives HF's values bit for bit
+    cos, sin = lm.model.rotary_emb(lm.model.embed_tokens.weight[:1][None], pos)  # [1, S, D]
+    return {"default": (cos[0], sin[0])}
+
+
+ARCH = Arch(project_qkv, pre_attention, post_attention, embed, plan, rope)
