@@ -175,7 +175,7 @@ def peft_gemma4(seed=0):
 
 def test_lora_double_copy_passes_the_gate_and_refreshes_from_pristine(prompts):
     """The merged copy of Gemma-4's projections (KV-sharing layers have q/o only) against the PEFT
-    model run unmerged; a refresh to another adapter is measured against PEFT with that adapter, and
+    model run unmerged (gate and sampled logprobs); a refresh to another adapter is measured against PEFT with that adapter, and
     refreshing back restores the first merge bit for bit (merged from the untouched pristine base)."""
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
@@ -189,6 +189,9 @@ def test_lora_double_copy_passes_the_gate_and_refreshes_from_pristine(prompts):
     tol = correctness.LOGIT_TOL["float32"]
     result = correctness.check(engine, model, prompts, MAX_NEW, tol)
     assert result["passed"], result
+    for i, o in enumerate(engine.generate(prompts[:3], SAMPLED, 12, ignore_eos=True)):
+        expect = teacher_forced_logprobs(model, prompts[i], o.token_ids, SAMPLED.temperature)
+        torch.testing.assert_close(torch.tensor(o.logprobs), expect, atol=1e-4, rtol=0)
 
     other = {k: v * 3 for k, v in state.items()}
     engine.refresh_lora(other, 2.0)
