@@ -151,7 +151,9 @@ def test_softcap_applied_to_logits_and_logprobs(prompts):
         h = model.model(torch.tensor([prompts[0]])).last_hidden_state[0, -1]
     raw = h @ model.lm_head.weight.t()  # [V], uncapped
     assert raw.abs().max() > 35 and got.abs().max() < 30
-    torch.testing.assert_close(got[0], 30 * torch.tanh(raw / 30), atol=1e-4, rtol=0)
+    # the reference runs on the CPU: on the H200 the engine's logits (|z| near 30) differed by 1.1e-4, the
+    # uncapped ones by more than 5
+    torch.testing.assert_close(got[0], 30 * torch.tanh(raw / 30), atol=1e-3, rtol=0)
     for sampling in (Sampling(), SAMPLED):
         outs = engine.generate(prompts[:3], sampling, 8, ignore_eos=True)
         for p, o in zip(prompts, outs):
