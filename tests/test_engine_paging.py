@@ -126,7 +126,7 @@ def test_flex_attention_agrees_with_dense_path(runner):
     runner.doc_start[:28] = starts
     from torch.nn.attention.flex_attention import create_block_mask
 
-    pmask = create_block_mask(runner._prefill_mask, 1, None, 128, 128, device="cpu", BLOCK_SIZE=(128, 128))
+    pmask = create_block_mask(runner.prefill_masks[None], 1, None, 128, 128, device="cpu", BLOCK_SIZE=(128, 128))
     q = torch.randn(1, 4, 128, 16, generator=g)
     k, v = (torch.randn(1, 2, 128, 16, generator=g) for _ in range(2))
     torch.testing.assert_close(decode_attention(q, k, v, pmask, 0.25, None), dense_attention(q, k, v, pmask, 0.25))

@@ -136,7 +136,7 @@ def test_processed_logprobs_are_renormalised_over_the_kept_tokens(how):
 
 def _logit_errors(device):
     """Max |logprob error| at T = 0.1 of float_logits and of bf16-rounded logits, against float64."""
-    from rollout_bench.engine.model_runner import float_logits
+    from rollout_bench.engine.logits import float_logits
 
     g = torch.Generator().manual_seed(0)
     head = torch.nn.Linear(256, 4096, bias=False).to(device, torch.bfloat16)

@@ -38,12 +38,12 @@ class KVCache:
         """Copy whole pages (all layers, K and V): the copy-on-write of a shared partial page."""
         if not src:
             return
+        dev = self.groups[0].device
+        s, d = torch.tensor(src, device=dev), torch.tensor(dst, device=dev)
         for data in self.groups:
             L, two, one, H, NP, D = data.shape
             pages = data.view(L, two * one * H, NP // self.page_size, self.page_size * D)
-            dev = data.device
             # layer by layer: a gather over all layers at once would materialise every copied page
             # (3.6 GB for a 64-prompt x 4 GRPO batch on Qwen3-4B) before writing it
-            s, d = torch.tensor(src, device=dev), torch.tensor(dst, device=dev)
             for layer in pages:  # [2*H, N, P*D]
                 layer.index_copy_(1, d, layer.index_select(1, s))

@@ -17,7 +17,7 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from . import fa4, fused, masks, models, sampler
 from .config import EngineConfig
 from .kv_cache import KVCache
-from .logits import float_logits, lm_logits  # noqa: F401 (float_logits: imported from here by callers)
+from .logits import lm_logits
 from .lora import causal_lm
 from .masks import prefill_block_mask
 from .page_table import PageTable
@@ -129,7 +129,6 @@ class ModelRunner:
         """cos/sin [S, D] per RoPE table key, from the model's own rotary module."""
         pos = torch.arange(self.cfg.max_seq_len, device=self.device)[None]  # [1, S]
         self.rope = self.arch.rope(self.lm, pos)
-        self.cos, self.sin = self.rope[self.plan[0].rope]
 
     def allocate_decode_buffers(self) -> None:
         """Static decode buffers: graphs read and write these addresses on every replay."""
@@ -145,11 +144,9 @@ class ModelRunner:
         self.ones = torch.ones(B, 1, 1, dtype=torch.int32, device=dev)
         self.decode_masks = {w: masks.decode_mask_mod(self.slot, self.pos, self.pages.logical_dev, self.P, w)
                              for w in self.windows}
-        self._decode_mask = self.decode_masks.get(None)
         n_prefill = max(cfg.max_prefill_tokens, cfg.max_seq_len)
         self.doc_start = torch.zeros(-(-n_prefill // self.q_block) * self.q_block, dtype=torch.long, device=dev)
         self.prefill_masks = {w: masks.prefill_mask_mod(self.doc_start, w) for w in self.windows}
-        self._prefill_mask = self.prefill_masks.get(None)
 
     def layer_steps(self):
         """(layer, plan, (k_cache, v_cache) it reads, fused weights, its index) per decoder layer."""
