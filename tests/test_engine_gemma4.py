@@ -272,3 +272,19 @@ def test_compiled_graphs_pass_the_gate_on_gpu(prompts):
     assert engine.runner.graphs_on
     result = correctness.check(engine, model, prompts, MAX_NEW, correctness.LOGIT_TOL["float32"])
     assert result["passed"], result
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("decode_opts", [{}, {"BLOCK_N": 128, "num_stages": 2, "num_warps": 8}])
+def test_e2b_head_dims_compile_and_pass_the_gate_on_gpu(prompts, decode_opts):
+    # Gemma-4 E2B's head dims in bf16 (256 sliding, 512 full): Inductor's default prefill tiles at 512, and the
+    # autotune's widest decode candidate at both, need more shared memory than an H200 block has unless
+    # smem.fit shrinks them (the E2B autotune failed to compile without it)
+    model = gemma4(head_dim=256, global_head_dim=512).to("cuda", torch.bfloat16)
+    engine = small_engine(model, capture_all=False, page_size=128, max_prefill_tokens=256,
+                          decode_kernel_options=decode_opts)
+    tiles = engine.runner.kernel_tiles()
+    assert "512" in tiles["prefill"] and "512" in tiles["decode"], tiles
+    result = correctness.check(engine, model, prompts, MAX_NEW, correctness.LOGIT_TOL["bfloat16"])
+    assert result["passed"], result

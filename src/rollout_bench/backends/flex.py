@@ -77,6 +77,8 @@ class Generator:
                 "decode_kernel_options": dict(cfg.decode_kernel_options),
                 # what ran the prefill attention: FA4, or flex's Triton kernel and why (fa4.why_not)
                 "fa4_prefill": "FLASH" if (why := self.engine.runner.fa4_reason) is None else f"triton ({why})",
+                # per head dim, the Triton tiles that replaced the ones asked for, to fit shared memory (smem.fit)
+                "kernel_tiles": self.engine.runner.kernel_tiles(),
                 "last_round": getattr(self, "last_call", None)}
 
     def close(self):

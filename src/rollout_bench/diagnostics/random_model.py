@@ -14,10 +14,8 @@ def config(name_or_dict, **overrides):
 
     d = name_or_dict if isinstance(name_or_dict, dict) else json.loads(
         (Path(MODEL_CONFIGS) / f"{name_or_dict}.json").read_text())
-    cfg = AutoConfig.for_model(**d)
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    return cfg
+    # overrides go in before the config is built: Gemma-4's per-layer configs (head dims) derive from them
+    return AutoConfig.for_model(**{**d, **overrides})
 
 
 def build(name_or_dict, seed: int = 0, dtype=torch.float32, device="cpu", **overrides):

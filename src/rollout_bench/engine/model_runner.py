@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from . import fa4, fused, masks, models, sampler
+from . import fa4, fused, masks, models, sampler, smem
 from .config import EngineConfig
 from .kv_cache import KVCache
 from .logits import lm_logits
@@ -123,6 +123,25 @@ class ModelRunner:
         opts, self.q_block = fa4.prefill_options(cfg.fa4_prefill, self.device, cfg.prefill_kernel_options, head_dims)
         self.fa4_reason = fa4.why_not(cfg.fa4_prefill, self.device, head_dims)  # None: FA4 runs the prefill
         self.prefill_opts = (opts or None) if on_cuda else None
+        # per layer, both option sets are shrunk to the block's shared memory (smem.fit) where a head dim needs it
+        self.smem_limit = smem.device_limit(self.device)
+
+    def layer_options(self, opts: dict | None, kind: str, plan) -> dict | None:
+        """The flex kernel options of one layer's `kind` call: `opts`, with tiles that fit its head dim."""
+        if self.smem_limit is None:
+            return opts
+        return smem.fit(opts, kind, plan.head_dim, self.dtype.itemsize, self.smem_limit,
+                        self.lm.config.num_attention_heads // plan.kv_heads)
+
+    def kernel_tiles(self) -> dict:
+        """{kind: {head_dim: options}} where a layer's call differs from the options asked for (smem.fit)."""
+        out = {}
+        for kind, opts in (("prefill", self.prefill_opts), ("decode", self.decode_opts)):
+            for p in self.plan:
+                got = self.layer_options(opts, kind, p)
+                if got != opts:
+                    out.setdefault(kind, {})[str(p.head_dim)] = got
+        return out
 
     @torch.no_grad()
     def build_rope_tables(self) -> None:
@@ -193,7 +212,8 @@ class ModelRunner:
                 if i in self.kv_sources:
                     fresh[i] = (k, v)
             # a fresh prefill attends to its own K/V; the pages are only written
-            o = self.attn_prefill(q, k, v, block_masks[plan.window], plan.scale, self.prefill_opts)
+            o = self.attn_prefill(q, k, v, block_masks[plan.window], plan.scale,
+                                  self.layer_options(self.prefill_opts, "prefill", plan))
             h = self.post(layer, h, o, w_gu, None if layer_inputs is None else layer_inputs[:, :, i])
         h = h[0, torch.tensor(last, device=dev)]  # [n, hidden]
         return lm_logits(self.lm, self.lm.model.norm(h))
@@ -218,7 +238,8 @@ class ModelRunner:
             if k is not None:  # else a KV-sharing layer: k_cache, v_cache are its store layer's, written
                 k_cache.index_copy_(2, addr, k.transpose(0, 2))  # rows become the token axis: [1, Hkv, b, D]
                 v_cache.index_copy_(2, addr, v.transpose(0, 2))
-            o = self.attn_decode(q, k_cache, v_cache, block_masks[plan.window][0], plan.scale, self.decode_opts)
+            o = self.attn_decode(q, k_cache, v_cache, block_masks[plan.window][0], plan.scale,
+                                 self.layer_options(self.decode_opts, "decode", plan))
             h = self.post(layer, h, o, w_gu, None if layer_inputs is None else layer_inputs[:, :, i])
         logits = lm_logits(self.lm, self.lm.model.norm(h[:, 0]))  # [b, V]
         params = sampler.Params(self.temp[:b], self.top_k[:b], self.top_p[:b], self.min_p[:b], self.seed[:b])
