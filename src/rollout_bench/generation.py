@@ -152,7 +152,7 @@ def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict
     from .assets import prompts as prompt_assets
 
     record = stats.base("generate", backend=backend, variant=variant, model=model, workload=workload, case=case)
-    reason = backends.unavailable(backend, variant, envinfo.gpu_info()["gpu_count"])
+    reason = backends.unavailable(backend, variant, envinfo.gpu_info()["gpu_count"], model_dir)
     if reason:
         return stats.finish(stats.skipped(record, reason), out)
     if autotune:

@@ -8,6 +8,9 @@ A backend module provides:
     unavailable(variant, gpu_count) -> str | None
         why it cannot run here *and what would make it run*; None when it can. Asked only once
         REQUIRES are installed and, with NEEDS_GPU, a GPU is visible (host_reason says so first).
+    unsupported(model_dir) -> str | None  (optional)
+        why it cannot run this model (its architecture, read from the config alone) and what would
+        make it run; None when it can. Asked last, before anything loads.
     load(spec: GenSpec) -> generator with
         generate(prompts: list[list[int]], n: int) -> list[list[int]]
             n completions per prompt, prompt-major, token ids without the prompt;
@@ -45,12 +48,16 @@ def host_fingerprint(requires) -> str:
     return f"{pkgs};gpus={envinfo.physical_gpu_count()}"
 
 
-def unavailable(name: str, variant: str, gpu_count: int) -> str | None:
+def unavailable(name: str, variant: str, gpu_count: int, model_dir: str | None = None) -> str | None:
+    """Why backend `name` cannot run here (or on `model_dir`'s model, when given); None when it can."""
     mod = module(name)
     if variant not in mod.VARIANTS:
         return f"unknown variant {variant!r} for backend {name}; known: {', '.join(mod.VARIANTS)}"
-    return (host_reason(name, mod.REQUIRES, mod.NEEDS_GPU, gpu_count, getattr(mod, "INSTALL", None))
-            or mod.unavailable(variant, gpu_count))
+    reason = (host_reason(name, mod.REQUIRES, mod.NEEDS_GPU, gpu_count, getattr(mod, "INSTALL", None))
+              or mod.unavailable(variant, gpu_count))
+    if reason or model_dir is None or not hasattr(mod, "unsupported"):
+        return reason
+    return mod.unsupported(model_dir)
 
 
 def fingerprint(name: str) -> str:

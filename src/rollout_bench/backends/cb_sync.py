@@ -14,6 +14,7 @@ import queue
 import torch
 
 from .hf_model import load_model, strip
+from .paged_cache import unsupported  # noqa: F401  (the backend hook: models the paged cache cannot hold)
 from .transformers_cb import cache_memory, cb_config, cb_generation_config
 
 REQUIRES = ("torch", "transformers", "peft")

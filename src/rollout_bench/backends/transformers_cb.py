@@ -11,6 +11,7 @@ from importlib import metadata
 import torch
 
 from .hf_model import generation_kwargs, load_model, strip
+from .paged_cache import unsupported  # noqa: F401  (the backend hook: models the paged cache cannot hold)
 
 REQUIRES = ("torch", "transformers", "peft")
 NEEDS_GPU = False

@@ -19,11 +19,18 @@ REQUIRES = {
 NEEDS_GPU = {"hf_generate": False, "transformers_cb": False, "flex": False, "vllm": True, "unsloth": True}
 
 
-def unavailable(backend: str, gpu_count: int) -> str | None:
+def unavailable(backend: str, gpu_count: int, model_dir: str | None = None) -> str | None:
+    """Why GRPO on `backend` cannot run here (or on `model_dir`'s model, when given); None when it can."""
     assert backend in NAMES, f"unknown GRPO backend {backend!r}; known: {', '.join(NAMES)}"
     reason = host_reason(backend, REQUIRES[backend], NEEDS_GPU[backend], gpu_count, _install(backend))
     if reason:
         return f"GRPO backend {backend}: {reason}"
+    if backend == "transformers_cb" and model_dir is not None:
+        from ..backends import paged_cache
+
+        # TRL's transformers_cb rollouts build the same paged cache as the generation backend
+        reason = paged_cache.unsupported(model_dir)
+        return f"GRPO backend transformers_cb: {reason}" if reason else None
     if backend == "flex":
         try:
             importlib.import_module("rollout_bench.engine").Engine  # noqa: B018

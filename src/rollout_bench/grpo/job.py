@@ -43,7 +43,7 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
             dataset_dir: str, steps: int, out: str, variant: str = "default",
             max_wall_s: float | None = None) -> dict:
     record = stats.base("train", backend=backend, variant=variant, model=model, workload=workload)
-    reason = availability.unavailable(backend, envinfo.gpu_info()["gpu_count"])
+    reason = availability.unavailable(backend, envinfo.gpu_info()["gpu_count"], model_dir)
     if reason:
         return stats.finish(stats.skipped(record, reason), out)
 
