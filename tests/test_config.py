@@ -31,7 +31,7 @@ def resolve_with(raw, **over):
 
 def test_default_resolves_to_cpu_tiny(raw):
     cfg = config.resolve(raw)
-    assert cfg["models"] == ["qwen3-tiny", "llama-tiny"]
+    assert cfg["models"] == ["qwen3-tiny", "llama-tiny", "gemma4-tiny"]
     assert cfg["workload"]["ignore_eos"] is True and cfg["lora"]["rank"] == 32
     jobs = config.gen_jobs(cfg)
     assert jobs and all(j.path.startswith("results/generate/") for j in jobs)
@@ -221,8 +221,12 @@ def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
     assert cfg["train"]["warm"] and cfg["train"]["dataset"] == "learnable"
     assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm"]
     assert {j.model for j in config.train_jobs(cfg)} == {"qwen3-tiny-warm", "llama-tiny-warm"}
-    # generation stays random but for the case with EOS on
-    assert {j.model for j in config.gen_jobs(cfg) if j.case != "realistic"} == {"qwen3-tiny", "llama-tiny"}
+    # generation stays random but for the case with EOS on; gemma4-tiny has no warm start (warmstart.only)
+    gen = config.gen_jobs(cfg)
+    assert {j.model for j in gen if j.case != "realistic"} == {"qwen3-tiny", "llama-tiny", "gemma4-tiny"}
+    assert {j.model for j in gen if j.case == "realistic"} == {"qwen3-tiny-warm", "llama-tiny-warm"}
+    assert {(j.backend, j.variant, j.case) for j in gen if j.model == "gemma4-tiny"} >= {
+        ("flex", "eager", "greedy"), ("flex", "eager", "lora"), ("transformers_cb", "paged_sdpa", "greedy")}
     wl = config.train_workload(cfg, "qwen3-tiny-warm", "hf_generate", 3408)
     assert wl["dataset"] == "learnable" and wl["dtype"] == "float32" and wl["sampling"]["temperature"] == 1.0
     # a few steps of the learn case: 2 prompts x 4 completions; the seed seeds the trainer and the sampler alike
@@ -287,6 +291,20 @@ def test_bad_learn_case_keys_name_the_field(raw, over, says):
     assert str(e.value).startswith(says), str(e.value)
 
 
+def test_warmstart_only_keeps_other_models_cold(raw):
+    cfg = resolve_with(raw, profiles__cpu__models=["gemma4-tiny", "llama-tiny"])
+    assert cfg["train"]["models"] == ["llama-tiny-warm"]
+    assert {j.model for j in config.gen_jobs(cfg)} == {"gemma4-tiny", "llama-tiny", "llama-tiny-warm"}
+    cfg = resolve_with(raw, profiles__cpu__models=["gemma4-tiny"])
+    assert cfg["train"]["models"] == [] and config.train_jobs(cfg) == [] and config.band_paths(cfg) == []
+    assert {j.case for j in config.gen_jobs(cfg)} == {"greedy", "lora", "grpo_group"}
+    cfg = resolve_with(raw, profiles__cpu__warmstart__only=None)
+    assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm", "gemma4-tiny-warm"]
+    # named explicitly, a learner is trained whatever `only` says
+    cfg = resolve_with(raw, profiles__cpu__train__models=["gemma4-tiny-warm"])
+    assert cfg["train"]["models"] == ["gemma4-tiny-warm"]
+
+
 def test_warm_model_names(raw):
     from rollout_bench.assets import model as model_assets
 
@@ -307,6 +325,7 @@ def test_warm_model_names(raw):
     ({"warmstart__gates__accuracy_band": [0.2]}, "warmstart.gates.accuracy_band", "lo, hi"),
     ({"warmstart__stepz": 3}, "warmstart", "unknown key"),
     ({"warmstart__models": {"qwen3-huge": {"steps": 3}}}, "warmstart.models.qwen3-huge", "not a name in config/models"),
+    ({"profiles__cpu__warmstart__only": ["qwen3-huge"]}, "warmstart.only", "not a name in config/models"),
     ({"warmstart__models": {"qwen3-tiny": {"stepz": 3}}}, "warmstart.models.qwen3-tiny", "unknown key"),
     ({"warmstart__models": {"qwen3-tiny": {"stop_at_accuracy": 1.5}}}, "warmstart.models.qwen3-tiny.stop_at_accuracy",
      "maximum of 1"),
@@ -324,7 +343,7 @@ def test_realistic_case_runs_the_warm_start_with_eos_on_its_own_task(raw, profil
     cfg = resolve_with(raw, profile=profile)
     real = [j for j in config.gen_jobs(cfg) if j.case == "realistic"]
     warm = {"gpu": "qwen3-4b-warm", "smoke": "qwen3-tiny-warm", "cpu": "qwen3-tiny-warm"}[profile]
-    assert real and {j.model for j in real} == {config.warm_name(m) for m in cfg["models"]}
+    assert real and {j.model for j in real} == {config.warm_name(m) for m in config.warm_models(cfg)}
     assert {j.model for j in config.gen_jobs(cfg) if j.case == "greedy"} == set(cfg["models"])  # others: as before
     wl = config.job_workload(cfg, warm, real[0].backend, "realistic", real[0].batch_size)
     assert wl["ignore_eos"] is False and wl["dataset"] == "learnable" and wl["prompt_tokens"] == [16, 512]

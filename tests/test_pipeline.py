@@ -56,16 +56,24 @@ def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
 
     cfg = config.load(workdir / "config/config.yaml")
     jobs = config.gen_jobs(cfg)
-    # the realistic case runs on the warm starts, the others on the random models
-    assert {j.model for j in jobs} == {"qwen3-tiny", "llama-tiny", "qwen3-tiny-warm", "llama-tiny-warm"}
+    # the realistic case runs on the warm starts, the others on the random models (gemma4-tiny: no warm start)
+    assert {j.model for j in jobs} == {"qwen3-tiny", "llama-tiny", "gemma4-tiny", "qwen3-tiny-warm", "llama-tiny-warm"}
     statuses = {}
     for j in jobs:
         rec = stats.load(workdir / j.path)  # schema-validated
-        statuses.setdefault(j.backend, set()).add(rec["status"])
+        statuses.setdefault((j.backend, j.model == "gemma4-tiny"), set()).add(rec["status"])
         assert rec["workload"]["batch_size"] == j.batch_size and rec["backend"] == j.backend
-    assert statuses["hf_generate"] == {"ok"} and statuses["transformers_cb"] == {"ok"}
-    for gpu_only in ("hf_static", "vllm", "unsloth"):
-        assert statuses[gpu_only] == {"skipped"}
+        if j.backend == "flex":  # the gate against HF ran and passed, Gemma-4's layer mix included
+            assert rec["status"] == "ok" and rec["gate"]["passed"], j.path
+        if j.model == "gemma4-tiny" and j.backend in ("transformers_cb", "cb_sync"):
+            assert "PagedAttentionCache" in rec["reason"] and "head_dim" in rec["reason"], rec["reason"]
+    for gemma4 in (False, True):
+        assert statuses[("hf_generate", gemma4)] == {"ok"} and statuses[("flex", gemma4)] == {"ok"}
+        for gpu_only in ("hf_static", "vllm", "unsloth"):
+            assert statuses[(gpu_only, gemma4)] == {"skipped"}
+    # the paged cache holds one head_dim for all layers: fine for Qwen3/Llama, not for Gemma-4's two
+    assert statuses[("transformers_cb", False)] == statuses[("cb_sync", False)] == {"ok"}
+    assert statuses[("transformers_cb", True)] == statuses[("cb_sync", True)] == {"skipped"}
     # with EOS on, the warm starts end most completions before the case's 160 tokens, at varied lengths
     for j in jobs:
         if j.case == "realistic" and j.backend in ("hf_generate", "flex"):

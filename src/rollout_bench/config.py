@@ -145,7 +145,7 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
             case["dataset"] = os.path.expanduser(case["dataset"])
     tr = cfg["train"]
     if tr["models"] is None:  # the learner: each of `models`, or its warm start
-        tr["models"] = [warm_name(m) if tr["warm"] else m for m in cfg["models"]]
+        tr["models"] = [warm_name(m) for m in warm_models(cfg)] if tr["warm"] else list(cfg["models"])
     else:
         tr["models"] = [os.path.expanduser(m) for m in tr["models"]]
     tr["dataset"] = os.path.expanduser(tr["dataset"]) if tr["dataset"] else cfg["dataset"]["source"]
@@ -187,6 +187,10 @@ def _check_train(cfg: dict) -> None:
 def _check_warmstart(cfg: dict) -> None:
     knobs = [("warmstart", cfg["warmstart"])]
     known = model_assets.config_names()
+    for name in cfg["warmstart"]["only"] or []:
+        if name not in known:
+            raise ConfigError(f"config error at warmstart.only: {name!r} is not a name in config/models/ (only "
+                              f"those have a warm start; known: {', '.join(known)})")
     for name in cfg["warmstart"]["models"]:
         if name not in known:
             raise ConfigError(f"config error at warmstart.models.{name}: not a name in config/models/ (only those "
@@ -292,9 +296,16 @@ def variants(cfg: dict, backend: str, case: dict | None = None) -> list[str]:
     return own or cfg["variants"].get(backend) or [backends.module(backend).VARIANTS[0]]
 
 
+def warm_models(cfg: dict) -> list[str]:
+    """The `models` whose warm starts the warm cases run and GRPO trains (train.warm): warmstart.only's of
+    them, else all."""
+    only = cfg["warmstart"]["only"]
+    return [m for m in cfg["models"] if only is None or (model_assets.warm_base(m) or m) in only]
+
+
 def case_models(cfg: dict, case: dict) -> list[str]:
     """The models a case runs on: the top-level ones, or their warm starts (`warm: true`)."""
-    return [warm_name(m) for m in cfg["models"]] if case["warm"] else cfg["models"]
+    return [warm_name(m) for m in warm_models(cfg)] if case["warm"] else cfg["models"]
 
 
 def all_models(cfg: dict) -> list[str]:
