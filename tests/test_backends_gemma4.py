@@ -67,7 +67,9 @@ def test_grpo_transformers_cb_skips_gemma4(gemma4_dir, qwen3_dir):
 
 def test_the_skip_is_true_transformers_cache_build_fails(gemma4_dir):
     """When transformers sizes the paged cache per layer this fails: drop the skip and check the outputs."""
-    from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
+    from transformers.integrations.heterogeneity.configuration_utils import (
+        AmbiguousGlobalPerLayerAttributeError,
+    )
 
     with pytest.raises(AmbiguousGlobalPerLayerAttributeError, match="head_dim"):
         cb_sync.load(make_spec(gemma4_dir, "eager"))
