@@ -33,6 +33,54 @@ def unavailable(variant, gpu_count):
     return None
 
 
+GEMMA4 = ("gemma4", "gemma4_text")  # model_type of the multimodal config and of its text config
+MEASURED_VLLM = "0.26"  # the release that crashed on Gemma-4 (results/published/h200-2026-12-01-session4)
+
+
+def unsupported(model_dir: str) -> str | None:
+    """Why vLLM cannot start on `model_dir`'s model, and what would change that; None when it can.
+
+    Measured on an H200 (vLLM 0.26.0, transformers 5.17.0; logs/vllm_gemma-4-e2b.log in the published
+    session above): `LLM()` builds its ModelConfig, whose architecture convertor reads `head_dim` off the
+    text config (`getattr(hf_text_config, "head_dim", 0)` in get_head_size). Gemma-4's text config is
+    per-layer in transformers 5.17 (E2B: head_dim 256 on sliding layers, 512 on full-attention ones) and
+    refuses that global read with AmbiguousGlobalPerLayerAttributeError, a RuntimeError that getattr's
+    default does not catch. This makes the same read on the config alone (no vllm import, no weights), so
+    the skip lifts once transformers lets the read through; it is limited to Gemma-4, the model it was
+    measured on."""
+    import transformers
+    from transformers import AutoConfig
+
+    try:
+        from transformers.integrations.heterogeneity.configuration_utils import (
+            AmbiguousGlobalPerLayerAttributeError,
+        )
+    except ImportError:  # a transformers without per-layer configs: the global read is a plain one
+        return None
+    cfg = AutoConfig.from_pretrained(model_dir)
+    text = cfg.get_text_config()
+    if cfg.model_type not in GEMMA4 and getattr(text, "model_type", None) not in GEMMA4:
+        return None
+    try:
+        getattr(text, "head_dim", 0)  # what vLLM 0.26's ModelConfig reads
+        return None
+    except AmbiguousGlobalPerLayerAttributeError:
+        pass
+    types = getattr(text, "layer_types", None) or ["layer"] * text.num_hidden_layers
+    dims: dict[str, list[int]] = {}  # layer type -> its head dims
+    for layer_type, layer in zip(types, text.per_layer_config):
+        if layer.head_dim not in dims.setdefault(layer_type, []):
+            dims[layer_type].append(layer.head_dim)
+    seen = ", ".join(f"{t} layers head_dim {'/'.join(map(str, sorted(d)))}"
+                     for t, d in sorted(dims.items(), key=lambda item: min(item[1])))
+    vllm = f"vLLM {envinfo.version('vllm') or MEASURED_VLLM}"
+    return (f"{vllm} reads config.head_dim off the model's text config when it builds its ModelConfig, and "
+            f"transformers {transformers.__version__}'s {text.model_type} config has per-layer head dims ({seen}): "
+            f"the read raises AmbiguousGlobalPerLayerAttributeError ('head_dim' is a per-layer attribute and "
+            f"may vary across layers) before any weights load. It runs once vLLM reads Gemma-4's per-layer head "
+            f"dims or transformers lets the global read through; the job re-runs when the vLLM version changes")
+
+
 def gpu_memory_utilization(spec) -> float:
     if spec.variant == "gmu_low":
         return float(spec.options.get("gpu_memory_utilization_low", GMU_LOW))

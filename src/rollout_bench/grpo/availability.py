@@ -31,6 +31,12 @@ def unavailable(backend: str, gpu_count: int, model_dir: str | None = None) -> s
         # TRL's transformers_cb rollouts build the same paged cache as the generation backend
         reason = paged_cache.unsupported(model_dir)
         return f"GRPO backend transformers_cb: {reason}" if reason else None
+    if backend == "vllm" and model_dir is not None:
+        from ..backends import vllm
+
+        # TRL's colocated vLLM builds the same ModelConfig from the model dir as the generation backend
+        reason = vllm.unsupported(model_dir)
+        return f"GRPO backend vllm: {reason}" if reason else None
     if backend == "flex":
         try:
             importlib.import_module("rollout_bench.engine").Engine  # noqa: B018
