@@ -251,27 +251,29 @@ def test_smoke_profile_trains_what_it_generates_with(raw):
 
 def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     cfg = resolve_with(raw, profile="gpu")
-    # the learner is the 0.6B shape's warm start, its accuracy gated; the 4B's (the speed model's) is recorded
-    learner, speed = config.warmstart_spec(cfg, "qwen3-0.6b"), config.warmstart_spec(cfg, "qwen3-4b")
+    # the learner is qwen3-small's warm start, its accuracy gated; the 4B's (the speed model's) is recorded, and so is
+    # the 0.6B's, now a config switch
+    learner, speed = config.warmstart_spec(cfg, "qwen3-small"), config.warmstart_spec(cfg, "qwen3-4b")
+    assert config.warmstart_spec(cfg, "qwen3-0.6b")["gates"]["accuracy_band"] is None
     assert learner["gates"]["accuracy_band"] == [0.15, 0.70] and speed["gates"]["accuracy_band"] is None
     assert learner["sft"]["stop_at_accuracy"] == 0.4 and learner["sft"]["probe_every"] > 0
     assert speed["sft"]["stop_at_accuracy"] is None and speed["sft"]["max_seconds"] <= 360  # the 6 minutes
     assert learner["sft"]["batch_size"] == speed["sft"]["batch_size"] == 16  # warmstart's, not overridden
     assert not learner["sft"]["gradient_checkpointing"] and speed["sft"]["gradient_checkpointing"]
     tr = cfg["train"]
-    assert tr["models"] == ["qwen3-0.6b-warm"] and tr["dataset"] == "learnable" and tr["max_wall_s"]
-    assert "qwen3-4b-warm" in config.all_models(cfg) and "qwen3-0.6b-warm" in config.all_models(cfg)
-    wl = config.train_workload(cfg, "qwen3-0.6b-warm", "vllm", 3407)
+    assert tr["models"] == ["qwen3-small-warm"] and tr["dataset"] == "learnable" and tr["max_wall_s"]
+    assert "qwen3-4b-warm" in config.all_models(cfg) and "qwen3-small-warm" in config.all_models(cfg)
+    wl = config.train_workload(cfg, "qwen3-small-warm", "vllm", 3407)
     assert wl["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": 3407}
     assert (wl["num_generations"], wl["per_device_train_batch_size"]) == (8, 64) and wl["dtype"] == "bfloat16"
     jobs = config.train_jobs(cfg)
     assert sorted(j.seed for j in jobs if j.backend == "hf_generate") == [3407, 3408, 3409]
     assert {j.seed for j in jobs if j.backend != "hf_generate"} == {3407}
-    assert config.band_paths(cfg) == ["results/band/qwen3-0.6b-warm/hf_generate.json"]
+    assert config.band_paths(cfg) == ["results/band/qwen3-small-warm/hf_generate.json"]
     # the learner is a key of its own: the gpu profile can train another model than it generates with
     other = resolve_with(raw, profile="gpu", profiles__gpu__train__models=["llama-3.2-3b-warm"])
     assert other["train"]["models"] == ["llama-3.2-3b-warm"] and other["models"] == ["qwen3-4b"]
-    assert config.train_jobs(other)[0].path == "results/train/llama-3.2-3b-warm/hf_generate/steps40-seed3407.json"
+    assert config.train_jobs(other)[0].path == "results/train/llama-3.2-3b-warm/hf_generate/steps100-seed3407.json"
 
 
 @pytest.mark.parametrize("over,says", [
