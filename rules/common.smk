@@ -59,9 +59,21 @@ except WorkflowError:  # a dry run without --cores
 # lease pins each job to its GPU's share of the host's CPUs (cpu_share.py), recorded in its stats.
 GPU_JOB_THREADS = max(1, _cores // max(1, _gpu_budget or 1)) if GPU_PER_JOB else 1
 # every GPU job runs under the lease: its GPUs, its CPU share, its line in the lease log
-LEASE = (f"python -m rollout_bench.gpu_lease --gpus {{resources.gpu}} --lock-dir {CFG['gpu']['lock_dir']} "
+LEASE = (f"python -m rollout_bench.gpu_lease --gpus {GPU_PER_JOB} --lock-dir {CFG['gpu']['lock_dir']} "
          f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}"
          f"{'' if CFG['gpu']['pin_cpus'] else '--no-pin-cpus '}--job {{output}} ")
+
+
+
+def gpu_slots(wc):
+    """A generate or train job's `gpu` resource: one job slot, or every slot of its GPU for a backend that
+    must have it alone (backends: ALONE_ON_GPU), so that Snakemake starts no slot job the lease would hold back."""
+    return GPU_PER_JOB * (CFG["gpu"]["jobs_per_gpu"] if rb_backends.alone_on_gpu(wc.backend) else 1)
+
+
+def lease_alone(wc):
+    return "--alone " if GPU_PER_JOB and rb_backends.alone_on_gpu(wc.backend) else ""
+
 
 # A truncated or invalid cached stats file counts as missing: moved aside, so its job reruns (by the
 # main process only: cluster jobs must not move each other's files).

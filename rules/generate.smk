@@ -18,17 +18,18 @@ rule generate:
         adapter=lambda wc: lora_dir(wc.model) if job_workload(wc)["lora_rank"] else "",
         dataset=lambda wc: dataset_dir(job_workload(wc)["dataset"]),
         pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
+        alone=lease_alone,
     log:
         "results/logs/generate/{model}/{backend}/{variant}/{case}/bs{bs}.log",
     benchmark:
         "results/benchmarks/generate/{model}/{backend}/{variant}/{case}/bs{bs}.tsv"
     threads: GPU_JOB_THREADS
     resources:
-        gpu=GPU_PER_JOB,
+        gpu=gpu_slots,
     conda:
         backend_env
     shell:
-        f"{LEASE}--pin '{{params.pin}}' -- "
+        f"{LEASE}{{params.alone}}--pin '{{params.pin}}' -- "
         "python -m rollout_bench generate --backend {wildcards.backend} --variant {wildcards.variant} "
         "--model {wildcards.model} --case {wildcards.case} --workload {params.workload:q} "
         "--model-dir {params.model_dir} --adapter '{params.adapter}' --dataset {params.dataset} "

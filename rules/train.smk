@@ -22,6 +22,7 @@ rule train:
         adapter=lambda wc: lora_dir(wc.model),
         dataset=dataset_dir(CFG["train"]["dataset"]),
         pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
+        alone=lease_alone,
         max_wall=f"--max-wall-s {CFG['train']['max_wall_s']}" if CFG["train"]["max_wall_s"] else "",
     log:
         "results/logs/train/{model}/{backend}/steps{steps}-seed{seed}.log",
@@ -29,11 +30,11 @@ rule train:
         "results/benchmarks/train/{model}/{backend}/steps{steps}-seed{seed}.tsv"
     threads: GPU_JOB_THREADS
     resources:
-        gpu=GPU_PER_JOB,
+        gpu=gpu_slots,
     conda:
         "../envs/core.yaml"
     shell:
-        f"{LEASE}--pin '{{params.pin}}' -- "
+        f"{LEASE}{{params.alone}}--pin '{{params.pin}}' -- "
         "python -m rollout_bench train --backend {wildcards.backend} --model {wildcards.model} "
         "--workload {params.workload:q} --model-dir {params.model_dir} --adapter {params.adapter} "
         "--dataset {params.dataset} --steps {wildcards.steps} {params.max_wall} --out {output} > {log} 2>&1"

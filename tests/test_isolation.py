@@ -100,6 +100,23 @@ def test_slots_let_one_gpu_take_several_jobs_but_no_more(tmp_path):
     a.release(), b.release()
 
 
+def test_a_job_alone_on_its_gpu_waits_for_slot_jobs_and_keeps_them_out(tmp_path):
+    # vLLM's start-up memory profile asserts when a neighbour on its GPU frees memory meanwhile (the smoke run's
+    # vLLM jobs, 4 slots a GPU, crashed so on the H200): such a job takes the GPU with no slot job beside it
+    slot = gpu_lease.acquire(1, tmp_path, [0, 1], slots=4)
+    assert slot.ids == [0]
+    alone = gpu_lease.acquire(1, tmp_path, [0, 1], slots=4, alone=True, timeout_s=0.3)
+    assert (alone.ids, alone.slot) == ([1], 0)  # the GPU with no slot job
+    with pytest.raises(gpu_lease.LeaseError, match="no 1 free GPU"):
+        gpu_lease.acquire(1, tmp_path, [1], slots=4, timeout_s=0.3)  # no slot beside it
+    with pytest.raises(gpu_lease.LeaseError, match="no 1 free GPU"):
+        gpu_lease.acquire(1, tmp_path, [0], slots=4, alone=True, timeout_s=0.3)  # nor it beside a slot job
+    slot.release()
+    again = gpu_lease.acquire(1, tmp_path, [0], slots=4, alone=True, timeout_s=0.3)
+    assert again.ids == [0]
+    again.release(), alone.release()
+
+
 def test_budget_counts_the_slots_of_each_gpu():
     gpu_lease.check_budget(1, 4, 1, jobs_per_gpu=4)
     with pytest.raises(gpu_lease.LeaseError, match="jobs_per_gpu=4: pass gpu=4"):

@@ -8,7 +8,7 @@ The job is pinned to its GPUs' CPU share (cpu_share.py) with torch/OpenMP/MKL th
 and the lease is logged in the lock directory, where the job finds the neighbours that overlapped
 its timed rounds (isolation.py).
 
-    python -m rollout_bench.gpu_lease --gpus 1 [--pin 2,3] [--lock-dir D] [--slots K] [--job LABEL]
+    python -m rollout_bench.gpu_lease --gpus 1 [--pin 2,3] [--lock-dir D] [--slots K] [--alone] [--job LABEL]
         [--timing-lock] [--no-pin-cpus] -- CMD ARGS...
 """
 import argparse
@@ -112,11 +112,11 @@ def _unlock(files) -> None:
         f.close()
 
 
-def _take(lock_dir: Path, gpu: int, slot: int, slots: int) -> list | None:
+def _take(lock_dir: Path, gpu: int, slot: int, slots: int, alone: bool = False) -> list | None:
     """One GPU's locks for one job: its GPU lock, exclusive; with several slots, the GPU lock shared
     and the slot's lock exclusive, so that a whole-GPU job and slot jobs (the smoke run beside a
-    benchmark) still exclude each other."""
-    if slots == 1:
+    benchmark) still exclude each other. `alone`: the GPU lock exclusive whatever the slots."""
+    if slots == 1 or alone:
         f = _try_lock(lock_dir / f"gpu{gpu}.lock")
         return [f] if f else None
     g = _try_lock(lock_dir / f"gpu{gpu}.lock", shared=True)
@@ -130,9 +130,9 @@ def _take(lock_dir: Path, gpu: int, slot: int, slots: int) -> list | None:
 
 
 def acquire(n: int, lock_dir, ids: list[int], timeout_s: float = 3600, poll_s: float = 0.2,
-            slots: int = 1) -> Lease:
+            slots: int = 1, alone: bool = False) -> Lease:
     """Take `n` of `ids` in one job slot (of `slots` per GPU), all or none; wait while others hold
-    them (Snakemake's count keeps this short)."""
+    them (Snakemake's count keeps this short). `alone`: the whole of each GPU, no slot job beside it."""
     if n > len(ids):
         raise LeaseError(f"job needs {n} GPU(s) but only {len(ids)} are available here ({ids}); "
                          f"lower --resources gpu / the job's gpu count, or run on a host with more GPUs")
@@ -140,10 +140,10 @@ def acquire(n: int, lock_dir, ids: list[int], timeout_s: float = 3600, poll_s: f
     lock_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
     while True:
-        for slot in range(slots):
+        for slot in range(1 if alone else slots):
             held = []
             for i in ids:
-                files = _take(lock_dir, i, slot, slots)
+                files = _take(lock_dir, i, slot, slots, alone)
                 if files is not None:
                     held.append((i, files))
                     if len(held) == n:
@@ -183,6 +183,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lock-dir", default="results/.gpu_locks")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--slots", type=int, default=1, help="jobs one GPU takes at once (gpu.jobs_per_gpu)")
+    ap.add_argument("--alone", action="store_true",
+                    help="no other job on its GPUs, whatever --slots (a backend that needs them alone)")
     ap.add_argument("--job", default="", help="label in the lease log (the job's output)")
     ap.add_argument("--timing-lock", action="store_true",
                     help="timed rounds take one lock in the lock dir (gpu.timing_lock)")
@@ -202,7 +204,7 @@ def main(argv=None) -> int:
         return 3
     locks, log = scope(a.lock_dir)
     try:
-        lease = acquire(a.gpus, locks, ids, a.timeout, slots=a.slots)
+        lease = acquire(a.gpus, locks, ids, a.timeout, slots=a.slots, alone=a.alone)
     except LeaseError as e:
         print(f"gpu_lease: {e}", file=sys.stderr)
         return 3
@@ -212,7 +214,7 @@ def main(argv=None) -> int:
     try:
         log.mkdir(parents=True, exist_ok=True)
         if not a.no_pin_cpus:
-            lease.cpus = cpu_share.for_lease(lease.ids, lease.slot, a.slots, host)
+            lease.cpus = cpu_share.for_lease(lease.ids, lease.slot, 1 if a.alone else a.slots, host)
             os.sched_setaffinity(0, lease.cpus)  # the job inherits it
         env = {**os.environ, **lease.env(), isolation.LEASE_VAR: lease_id,
                isolation.LOCK_DIR_VAR: str(log.resolve()),

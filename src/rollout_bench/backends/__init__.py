@@ -8,6 +8,8 @@ A backend module provides:
     unavailable(variant, gpu_count) -> str | None
         why it cannot run here *and what would make it run*; None when it can. Asked only once
         REQUIRES are installed and, with NEEDS_GPU, a GPU is visible (host_reason says so first).
+    ALONE_ON_GPU: bool  (optional) it cannot share its GPU with other jobs where a GPU takes several
+        (gpu.jobs_per_gpu > 1): its GPU lease takes every slot (GRPO's backend of that name too)
     unsupported(model_dir) -> str | None  (optional)
         why it cannot run this model (its architecture, read from the config alone) and what would
         make it run; None when it can. Asked last, before anything loads.
@@ -64,3 +66,7 @@ def fingerprint(name: str) -> str:
     mod = module(name)
     extra = [dist for dist, _ in getattr(mod, "VARIANT_REQUIRES", {}).values()]
     return host_fingerprint((*mod.REQUIRES, *extra))
+
+
+def alone_on_gpu(name: str) -> bool:
+    return bool(getattr(module(name), "ALONE_ON_GPU", False))
