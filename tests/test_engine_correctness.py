@@ -1,6 +1,7 @@
-"""Flex engine vs HF on tiny random Qwen3 and Llama (CPU, float32): greedy tokens identical with
-mixed prompt lengths across page boundaries, staggered arrivals, forced preemption, EOS, GRPO groups;
-and in bf16, sampled-token logprobs against the trainer's computation."""
+"""Flex engine vs HF on tiny random Qwen3 and Llama (CPU, float32; Llama also with a GQA ratio of 3, whose
+decode folds each KV head's query heads into the query axis): greedy tokens identical with mixed prompt
+lengths across page boundaries, staggered arrivals, forced preemption, EOS, GRPO groups; and in bf16,
+sampled-token logprobs against the trainer's computation."""
 from collections import Counter
 
 import pytest
@@ -36,11 +37,23 @@ def truncate(tokens, eos):
     return tokens[:tokens.index(eos) + 1] if eos in tokens else tokens
 
 
-@pytest.fixture(scope="module", params=["qwen3-tiny", "llama-tiny"])
+# 6 query heads on 2 KV heads (head_dim 16): a GQA ratio of 3, as Llama-3.2-3B's 24/8, which decode folds
+GQA3 = {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2}
+MODELS = {"qwen3-tiny": ("qwen3-tiny", {}), "llama-tiny": ("llama-tiny", {}), "llama-tiny-gqa3": ("llama-tiny", GQA3)}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
 def case(request):
-    model = random_model.build(request.param, seed=0, tie_word_embeddings=False)
+    name, overrides = MODELS[request.param]
+    model = random_model.build(name, seed=0, tie_word_embeddings=False, **overrides)
     prompts = make_prompts(18, seed=1)
     return request.param, model, prompts, hf_greedy(model, prompts)
+
+
+def test_decode_folds_only_a_non_power_of_two_gqa_group(case):
+    name, model, _, _ = case
+    runner = small_engine(model).runner
+    assert runner.q_rows == [3 if name.endswith("gqa3") else 1] * len(runner.layers)
 
 
 def small_engine(model, **kw):

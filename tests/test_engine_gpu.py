@@ -1,5 +1,6 @@
 """The compiled + CUDA-graph path on a GPU (tiny Qwen3, float32): greedy identical to HF, graph
-replays equal to the uncompiled eager path for sampled GRPO groups under preemption."""
+replays equal to the uncompiled eager path for sampled GRPO groups under preemption; a GQA ratio of 3
+(tiny Llama) decoding through the flex-decoding kernel."""
 import pytest
 import torch
 
@@ -47,6 +48,29 @@ def test_graphs_sampling_equals_uncompiled(model):
     sampling = Sampling(temperature=0.1, top_p=0.97, top_k=5, min_p=0.5, seed=3)
     fast = Engine(model, config()).generate(ps, sampling, 20, n=4, ignore_eos=True)
     slow = Engine(model, config(cuda_graphs=False, compile=False, num_pages=80, max_batch=24)).generate(
+        ps, sampling, 20, n=4, ignore_eos=True)
+    assert [o.token_ids for o in fast] == [o.token_ids for o in slow]
+    torch.testing.assert_close(torch.tensor([o.logprobs for o in fast]), torch.tensor([o.logprobs for o in slow]),
+                               atol=1e-3, rtol=0)
+
+
+def test_gqa3_decode_runs_the_flex_decoding_kernel_and_passes_the_gate():
+    """Hq / Hkv = 3 (Llama-3.2-3B's 24 / 8): decode folds each KV head's 3 query heads into the query
+    axis, so Inductor takes its split-KV flex-decoding kernel (BACKEND TRITON_DECODE raises where it
+    cannot); the graphs pass the gate against HF and sample as the uncompiled path does."""
+    from rollout_bench.engine import correctness
+
+    gqa3 = random_model.build("llama-tiny", seed=0, device="cuda", tie_word_embeddings=False,
+                              hidden_size=96, num_attention_heads=6, num_key_value_heads=2)
+    engine = Engine(gqa3, config(decode_kernel_options={"BLOCK_N": P, "BACKEND": "TRITON_DECODE"}))
+    assert engine.runner.graphs_on and engine.runner.q_rows == [3, 3]
+    res = correctness.check(engine, gqa3, correctness.gate_prompts(4096, P), 24, correctness.LOGIT_TOL["float32"])
+    assert res["passed"], res
+    assert engine.runner.graphs, "decode ran through captured graphs"
+    ps = prompts(6, seed=2)
+    sampling = Sampling(temperature=0.1, top_p=0.97, top_k=5, min_p=0.5, seed=3)
+    fast = engine.generate(ps, sampling, 20, n=4, ignore_eos=True)
+    slow = Engine(gqa3, config(cuda_graphs=False, compile=False, num_pages=80, max_batch=24)).generate(
         ps, sampling, 20, n=4, ignore_eos=True)
     assert [o.token_ids for o in fast] == [o.token_ids for o in slow]
     torch.testing.assert_close(torch.tensor([o.logprobs for o in fast]), torch.tensor([o.logprobs for o in slow]),

@@ -4,10 +4,11 @@ import pytest
 import torch
 
 from rollout_bench.diagnostics import random_model
-from rollout_bench.engine import EngineConfig
+from rollout_bench.engine import EngineConfig, masks
 from rollout_bench.engine.model_runner import (
     ModelRunner,
     decode_attention,
+    decode_rows,
     dense_attention,
 )
 from rollout_bench.engine.page_table import PageTable
@@ -130,6 +131,44 @@ def test_flex_attention_agrees_with_dense_path(runner):
     q = torch.randn(1, 4, 128, 16, generator=g)
     k, v = (torch.randn(1, 2, 128, 16, generator=g) for _ in range(2))
     torch.testing.assert_close(decode_attention(q, k, v, pmask, 0.25, None), dense_attention(q, k, v, pmask, 0.25))
+
+
+def test_decode_folds_exactly_the_non_power_of_two_gqa_ratios():
+    for g in range(1, 40):
+        rows = decode_rows(2 * g, 2, page_size=P)
+        assert rows == (1 if g & (g - 1) == 0 or g > P else g), g
+    assert decode_rows(24, 8, 128) == 3 and decode_rows(32, 8, 128) == 1 and decode_rows(8, 1, 128) == 1
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_folded_gqa_decode_agrees_with_unfolded():
+    """GQA ratio 3 (6 query heads, 2 KV heads): the fold (3 query rows per KV head under a Q_LEN-3
+    BlockMask), through eager flex_attention and through the dense path, equals flex's own GQA on the
+    unfolded query, with and without a sliding window."""
+    model = random_model.build("llama-tiny", seed=0, hidden_size=96, num_attention_heads=6, num_key_value_heads=2)
+    runner = ModelRunner(model, EngineConfig(max_batch=4, max_seq_len=4 * P, page_size=P, num_pages=12))
+    assert runner.q_rows == [3, 3] and runner.decode_keys == [(None, 3)]
+    runner.decode_masks[24] = masks.decode_mask_mod(runner.slot, runner.pos, runner.pages.logical_dev, P, 24)
+    pt = runner.pages
+    slots = [pt.alloc_slot() for _ in range(2)]
+    pt.grow(slots[0], 20), pt.grow(slots[1], 40)
+    pt.sync()
+    seqs = [seq(0, 20), seq(1, 40)]
+    seqs[0].slot, seqs[1].slot = slots
+    runner.set_rows(seqs, 3)  # row 2 is padding
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 6, 1, 16, generator=g)  # [b, Hq, 1, D]
+    k, v = (torch.randn(1, 2, runner.kv_len, 16, generator=g) for _ in range(2))
+    for window in (None, 24):
+        folded, _ = runner.decode_inputs(3, window, 3)
+        plain, _ = runner.decode_inputs(3, window)
+        assert folded.shape[-2:] == (3, runner.kv_len)
+        ref = decode_attention(q, k, v, plain, runner.plan[0].scale, None)  # [b, Hq, 1, D]
+        for attn in (decode_attention, dense_attention):
+            runner.attn_decode = attn
+            torch.testing.assert_close(runner.attend(q, k, v, folded, 0), ref)
+    for s in slots:
+        pt.free_slot(s)
 
 
 def test_prefill_block_mask_covers_document_causal_mask():

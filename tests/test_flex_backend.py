@@ -70,9 +70,22 @@ def test_gate_passes(dirs, lora):
     assert res["greedy_exact"] == res["greedy_tokens"]
 
 
-def test_gate_fails_on_wrong_weights(dirs, monkeypatch):
+def test_bf16_gate_judges_against_float32(dirs, monkeypatch):
+    """Below float32 the gate's judge is HF in float32 on the same weights, its tolerance widened by
+    HF's own bf16 error (small on this shallow model: the gate stays about as tight as 0.25)."""
+    loaded, load = [], hf_model.load_model
+    monkeypatch.setattr(hf_model, "load_model", lambda spec, **kw: loaded.append(spec.dtype) or load(spec, **kw))
+    s = spec(dirs[0], dtype="bfloat16")
+    res = flex.gate(s, flex.load(s))
+    assert loaded == ["bfloat16", "float32"]
+    assert res["passed"] and res["reference"] == "float32" and res["base_logit_tol"] == 0.25, res
+    assert 0 < res["reference_error"] < 0.05 and res["logit_tol"] == pytest.approx(0.25 + 2 * res["reference_error"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gate_fails_on_wrong_weights(dirs, monkeypatch, dtype):
     """A reference with other weights must fail the gate (the gate can say no)."""
     other = random_model.build("qwen3-tiny", seed=5, tie_word_embeddings=False)
     monkeypatch.setattr(hf_model, "load_model", lambda spec, **kw: other)
-    s = spec(dirs[0])
+    s = spec(dirs[0], dtype=dtype)
     assert not flex.gate(s, flex.load(s))["passed"]

@@ -107,18 +107,30 @@ def gate(spec, gen: Generator, new_tokens: int = 16) -> dict:
     """Correctness gate before any speed, on the engine the timed rounds then use (load(spec)'s),
     against HF on the same weights: hf_generate's model, with a LoRA adapter merged by PEFT unless
     the variant runs it unmerged (merging rounds W + BA to the weight dtype once, which is part of
-    the engine's configuration, not an error of its attention/KV/sampling path)."""
+    the engine's configuration, not an error of its attention/KV/sampling path).
+
+    Below float32 the judge is HF in float32 on the same weights, with the tolerance widened by HF's
+    own error in the job's dtype (correctness.check's fp32_reference): a deep random model (Gemma-4
+    E2B's shape) amplifies bf16 roundings until HF's bf16 logits are as far from its fp32 logits as
+    the engine's."""
     from ..engine import correctness
 
     engine = gen.engine
-    reference = hf_model.load_model(spec)
-    if spec.adapter_dir and spec.variant != "peft_unmerged":
-        reference = reference.merge_and_unload()
+
+    def reference(dtype):
+        model = hf_model.load_model(replace(spec, dtype=dtype))
+        if spec.adapter_dir and spec.variant != "peft_unmerged":
+            model = model.merge_and_unload()
+        return model
+
+    ref = reference(spec.dtype)
+    ref32 = reference("float32") if spec.dtype != "float32" else None
     cfg = engine.config
     prompts = correctness.gate_prompts(engine.runner.vocab, cfg.page_size)
     prompts = [p for p in prompts if len(p) + new_tokens <= cfg.max_seq_len] or [prompts[-1][:4]]
-    result = correctness.check(engine, reference, prompts, new_tokens, correctness.LOGIT_TOL[spec.dtype])
-    del reference
+    result = correctness.check(engine, ref, prompts, new_tokens, correctness.LOGIT_TOL[spec.dtype],
+                               fp32_reference=ref32)
+    del ref, ref32
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result

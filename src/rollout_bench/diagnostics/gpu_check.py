@@ -113,12 +113,12 @@ def breakdown(engine, prompts, new_tokens) -> dict:
     runner.set_rows(running, bucket)
     step = kernel_times(lambda: runner.decode_step(bucket, "greedy"))
     runner.set_rows(running, bucket)
-    mask, _ = runner.decode_inputs(bucket)
+    mask, _ = runner.decode_inputs(bucket, runner.plan[0].window, runner.q_rows[0])
     q = torch.randn(bucket, runner.lm.config.num_attention_heads, 1, runner.layers[0].self_attn.head_dim,
                     device=runner.device, dtype=runner.dtype)
     k_cache, v_cache = runner.kv.layers[0]
-    attn_names = set(kernel_times(lambda: runner.attn_decode(q, k_cache, v_cache, mask, runner.scale,
-                                                             runner.decode_opts)))
+    # layer 0's call as the step makes it (a GQA group folded where decode folds it)
+    attn_names = set(kernel_times(lambda: runner.attend(q, k_cache, v_cache, mask, 0)))
     logits = torch.randn(bucket, runner.vocab, device=runner.device)
     params = sampler.Params(runner.temp[:bucket], runner.top_k[:bucket], runner.top_p[:bucket],
                             runner.min_p[:bucket], runner.seed[:bucket])

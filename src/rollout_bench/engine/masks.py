@@ -26,7 +26,8 @@ def prefill_mask_mod(doc_start: torch.Tensor, window: int | None):
 
 def decode_mask_mod(slot: torch.Tensor, pos: torch.Tensor, logical: torch.Tensor, P: int, window: int | None):
     """Row b's query at position pos[b] over the whole pool; logical [S+1, N] maps physical pages to
-    the logical page of slot's sequence (-1 where the page is not its)."""
+    the logical page of slot's sequence (-1 where the page is not its). q_idx is ignored: every query
+    row of b is its one new token (a GQA group folded into the query axis, ModelRunner.attend)."""
     if window is None:
         def decode_mask(b, h, q_idx, kv_idx):
             page = logical[slot[b], kv_idx // P]  # logical page of this physical page in row b's sequence
@@ -64,12 +65,14 @@ def prefill_block_mask(doc_start: torch.Tensor, q_block: int, kv_block: int, mas
 
 
 def decode_block_mask(table: torch.Tensor, pos: torch.Tensor, P: int, ones: torch.Tensor, mask_mod, kv_len: int,
-                      window: int | None = None) -> tuple[BlockMask, torch.Tensor]:
+                      window: int | None = None, q_len: int = 1) -> tuple[BlockMask, torch.Tensor]:
     """The physical BlockMask of b decode rows and the KV write addresses [b].
 
     table [b, W]: logical -> physical page of each row's sequence; pos [b]: the position written;
-    ones [b, 1, 1] int32. Static shapes only (it runs inside a captured CUDA graph).
+    ones [b, 1, 1] int32; q_len: query rows per head (<= P: one Q block), all of them the row's one
+    new token. Static shapes only (it runs inside a captured CUDA graph).
     """
+    assert q_len <= P, (q_len, P)
     b, W = table.shape
     blk = pos // P  # [b] logical page being written
     last = table.gather(1, blk[:, None])  # [b, 1]
@@ -80,7 +83,7 @@ def decode_block_mask(table: torch.Tensor, pos: torch.Tensor, P: int, ones: torc
         mask = BlockMask.from_kv_blocks(
             ones, last.expand(b, W).contiguous().view(b, 1, 1, W),
             blk.to(torch.int32).view(b, 1, 1), table.view(b, 1, 1, W),
-            BLOCK_SIZE=P, mask_mod=mask_mod, seq_lengths=(1, kv_len), compute_q_blocks=False)
+            BLOCK_SIZE=P, mask_mod=mask_mod, seq_lengths=(q_len, kv_len), compute_q_blocks=False)
         return mask, addr
     # Logical page lo holds the window's first key: it and the current page are partial; the pages
     # strictly between lie wholly inside the window ((lo + 1) * P > pos - window + 1) and are full.
@@ -92,5 +95,5 @@ def decode_block_mask(table: torch.Tensor, pos: torch.Tensor, P: int, ones: torc
     part_idx = table.gather(1, torch.where(col == 1, lo[:, None], blk[:, None]))  # [b, W]: current page, then lo
     mask = BlockMask.from_kv_blocks(
         part_num, part_idx.view(b, 1, 1, W), full_num, full_idx.contiguous().view(b, 1, 1, W),
-        BLOCK_SIZE=P, mask_mod=mask_mod, seq_lengths=(1, kv_len), compute_q_blocks=False)
+        BLOCK_SIZE=P, mask_mod=mask_mod, seq_lengths=(q_len, kv_len), compute_q_blocks=False)
     return mask, addr

@@ -6,9 +6,10 @@ models/ gives each architecture's layer pieces and a plan of its layers (RoPE ta
 sliding window, which layer's K/V a layer reads); the walk below follows the plan.
 Prefill packs every prompt into one row with a document-causal mask and writes K/V into the
 pages; decode attends from each row to the whole pool through a physical BlockMask built from the
-page table. On CUDA the decode step of each batch bucket is captured as one CUDA graph that
-embeds, runs all layers, samples and feeds the sampled token back, so a chunk of decode steps is
-a chunk of graph replays with no host work in between.
+page table (a GQA group whose size is not a power of two folded into the query axis: ModelRunner.attend).
+On CUDA the decode step of each batch bucket is captured as one CUDA graph that embeds, runs all
+layers, samples and feeds the sampled token back, so a chunk of decode steps is a chunk of graph
+replays with no host work in between.
 """
 import torch
 import torch.nn.functional as F
@@ -39,8 +40,8 @@ def dense_attention(q, k, v, block_mask, scale, kernel_options=None):
 
 
 def decode_attention(q, k, v, block_mask, scale, kernel_options):
-    """q [B, Hq, 1, D] over the pool k, v [1, Hkv, N*P, D]. Compiled per bucket with a static B:
-    Inductor only picks its split-KV flex-decoding kernel for a static batch size."""
+    """q [B, Hq, 1, D] (or [B, Hkv, G, D], folded) over the pool k, v [1, Hkv, N*P, D]. Compiled per
+    bucket with a static B: Inductor only picks its split-KV flex-decoding kernel for a static batch size."""
     return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True,
                           kernel_options=kernel_options)
 
@@ -49,6 +50,15 @@ def prefill_attention(q, k, v, block_mask, scale, kernel_options):
     """q [1, Hq, T, D] over the packed prompts' own k, v [1, Hkv, T, D]; compiled with dynamic T."""
     return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True,
                           kernel_options=kernel_options)
+
+
+def decode_rows(hq: int, hkv: int, page_size: int) -> int:
+    """Query rows per KV head in a decode flex call: G = hq // hkv where G is not a power of two (the
+    group folded into the query axis, ModelRunner.attend), else 1 (flex's own GQA). Inductor's split-KV
+    decode kernel takes only a power-of-two ratio (_use_flex_decoding); otherwise it falls back to its
+    main kernel with one block per query head. The G rows must fit the BlockMask's one Q block (a page)."""
+    g = hq // hkv
+    return g if g & (g - 1) and g <= page_size else 1
 
 
 _COMPILED = {}
@@ -80,6 +90,10 @@ class ModelRunner:
         # store layers whose fresh K/V a KV-sharing layer reads in a prefill
         self.kv_sources = {p.kv_source for i, p in enumerate(self.plan) if p.kv_source != i}
         self.windows = sorted({p.window for p in self.plan}, key=lambda w: -1 if w is None else w)
+        self.q_rows = [decode_rows(lm.config.num_attention_heads, p.kv_heads, cfg.page_size) for p in self.plan]
+        # one decode BlockMask per (window, query rows) in use; windows in the same order as above
+        self.decode_keys = sorted({(p.window, g) for p, g in zip(self.plan, self.q_rows)},
+                                  key=lambda k: (-1 if k[0] is None else k[0], k[1]))
         emb = lm.model.embed_tokens.weight
         self.device, self.dtype = emb.device, emb.dtype
         self.vocab = lm.lm_head.weight.shape[0]
@@ -219,18 +233,33 @@ class ModelRunner:
         return lm_logits(self.lm, self.lm.model.norm(h))
 
     # decode
-    def decode_inputs(self, b: int, window: int | None = None) -> tuple[BlockMask, torch.Tensor]:
-        """The physical BlockMask (of layers with this sliding window) and KV write addresses [b] of
-        the first b rows."""
+    def decode_inputs(self, b: int, window: int | None = None, q_rows: int = 1) -> tuple[BlockMask, torch.Tensor]:
+        """The physical BlockMask (of layers with this sliding window and query rows) and KV write
+        addresses [b] of the first b rows."""
         table = self.pages.table_dev[self.slot[:b]]  # [b, W] logical -> physical page
         return masks.decode_block_mask(table, self.pos[:b], self.P, self.ones[:b], self.decode_masks[window],
-                                       self.kv_len, window)
+                                       self.kv_len, window, q_rows)
+
+    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: BlockMask,
+               i: int) -> torch.Tensor:
+        """Layer i's decode attention: q [b, Hq, 1, D] over the pool [1, Hkv, N*P, D] -> [b, Hq, 1, D]."""
+        plan, G = self.plan[i], self.q_rows[i]
+        opts = self.layer_options(self.decode_opts, "decode", plan)
+        if G == 1:
+            return self.attn_decode(q, k_cache, v_cache, mask, plan.scale, opts)
+        # Query head h reads KV head h // G (HF's repeat_kv), so each KV head's G query heads are a view:
+        # G query rows of one head (ratio 1, which Inductor's split-KV decode kernel takes), all at the
+        # row's one position, so the mask (Q_LEN G) ignores q_idx. Uncompiled, dense_attention runs it too.
+        b, Hq, _, D = q.shape
+        q = q.view(b, plan.kv_heads, G, D)  # [b, Hkv, G, D]
+        o = self.attn_decode(q, k_cache, v_cache, mask, plan.scale, opts)  # [b, Hkv, G, D]
+        return o.reshape(b, Hq, 1, D)
 
     def decode_step(self, b: int, how: str) -> None:
         """One decode step over the first b rows of the static buffers (the body of a CUDA graph)."""
         ids, pos = self.ids[:b], self.pos[:b]
-        block_masks = {w: self.decode_inputs(b, w) for w in self.windows}
-        addr = block_masks[self.windows[0]][1]
+        block_masks = {key: self.decode_inputs(b, *key) for key in self.decode_keys}
+        addr = block_masks[self.decode_keys[0]][1]
         rope = {key: (cos[pos][:, None], sin[pos][:, None]) for key, (cos, sin) in self.rope.items()}  # [b, 1, D]
         h, layer_inputs = self.arch.embed(self.lm, ids[:, None])  # [b, 1, hidden], [b, 1, L, Dp] or None
         for layer, plan, (k_cache, v_cache), (w_qkv, w_gu), i in self.layer_steps():
@@ -238,8 +267,7 @@ class ModelRunner:
             if k is not None:  # else a KV-sharing layer: k_cache, v_cache are its store layer's, written
                 k_cache.index_copy_(2, addr, k.transpose(0, 2))  # rows become the token axis: [1, Hkv, b, D]
                 v_cache.index_copy_(2, addr, v.transpose(0, 2))
-            o = self.attn_decode(q, k_cache, v_cache, block_masks[plan.window][0], plan.scale,
-                                 self.layer_options(self.decode_opts, "decode", plan))
+            o = self.attend(q, k_cache, v_cache, block_masks[plan.window, self.q_rows[i]][0], i)
             h = self.post(layer, h, o, w_gu, None if layer_inputs is None else layer_inputs[:, :, i])
         logits = lm_logits(self.lm, self.lm.model.norm(h[:, 0]))  # [b, V]
         params = sampler.Params(self.temp[:b], self.top_k[:b], self.top_p[:b], self.min_p[:b], self.seed[:b])
