@@ -323,6 +323,23 @@ def test_build_in_batches_installs_from_the_batch_folders(tmp_path, monkeypatch)
     assert (tmp_path / "site" / "bigdep" / "blob.bin").exists()
 
 
+def test_rebatch_shrinks_batches_and_still_installs(tmp_path, monkeypatch):
+    monkeypatch.setattr(wh, "run_pip", FakePip(tmp_path))
+    out = tmp_path / "house"
+    before = wh.build("demo", requirements=["app==1.0"], split_mb=0, batch_mb=4000 / wh.MiB, out=out,
+                      pip_python=sys.executable)
+    after = wh.rebatch(out, 1500 / wh.MiB)
+    assert after["batch_bytes"] == after["split_bytes"] == 1500 and len(after["batches"]) > len(before["batches"])
+    assert all(size <= 1500 for size in after["batches"])
+    assert [(e["file"], e["sha256"]) for e in after["files"]] == [(e["file"], e["sha256"]) for e in before["files"]]
+    assert wh.load_manifest(out)["batches"] == after["batches"]
+    for i, size in enumerate(after["batches"]):
+        assert sum(p.stat().st_size for p in (out / f"batch{i:03d}").iterdir()) == size
+    assert not (tmp_path / "house.tmp").exists()
+    wh.install(out, tmp_path / "site")
+    assert (tmp_path / "site" / "bigdep" / "blob.bin").exists()
+
+
 def test_offline_gpu_host_installs_carried_wheelhouses_once_then_runs(tmp_path):
     """workflow/scripts/offline_gpu_host.sh on a checkout that carries .wheelhouse/<group>/ (install, run)."""
     root = Path(__file__).resolve().parents[1]

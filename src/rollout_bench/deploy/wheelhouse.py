@@ -491,6 +491,36 @@ def build(group: str, *, requirements: list[str] | None = None, python_version: 
         shutil.rmtree(work, ignore_errors=True)
 
 
+def rebatch(directory, batch_mb: float) -> dict:
+    """Lay an existing wheelhouse out again in batches of at most batch_mb MiB (parts re-split to
+    fit), every file verified on the way, without downloading anything: for when the checkout that
+    travels beside a batch has grown."""
+    directory = Path(directory)
+    manifest = load_manifest(directory)
+    part_bytes = int(batch_mb * MiB)
+    stage = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="wheelhouse-rebatch-") as tmp:
+            files = []
+            for entry in manifest["files"]:
+                wheel = stage / entry["file"]
+                shutil.copyfile(assemble(directory, entry, Path(tmp)), wheel)
+                Path(tmp, entry["file"]).unlink(missing_ok=True)
+                info = {k: v for k, v in entry.items() if k not in ("file", "size", "sha256", "parts", "dir")}
+                files.append(add_file(wheel, part_bytes, **info))
+                assert files[-1]["sha256"] == entry["sha256"], entry["file"]
+        manifest.update(files=files, split_bytes=part_bytes, batch_bytes=part_bytes,
+                        batches=arrange(stage, files, part_bytes))
+        write_manifest(stage, manifest)
+        shutil.rmtree(directory)
+        stage.rename(directory)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return manifest
+
+
 # --- install ------------------------------------------------------------------------------------
 
 def install(directory, target, *, python: str = sys.executable, compile_pyc: bool = False) -> list[str]:
@@ -545,6 +575,9 @@ def main(argv=None) -> int:
     i.add_argument("--target", required=True)
     i.add_argument("--python", default=sys.executable)
     i.add_argument("--compile", action="store_true", help="byte-compile (default: --no-compile)")
+    rb = sub.add_parser("rebatch", help="lay a built wheelhouse out in smaller batches (no download)")
+    rb.add_argument("directory")
+    rb.add_argument("--batch-mb", type=float, required=True, help="at most this many MiB a batch (and a part)")
     r = sub.add_parser("requirements", help="print (or --write) envs/GROUP.requirements.txt from envs/GROUP.yaml")
     r.add_argument("group", nargs="?", help="default: every group")
     r.add_argument("--write", action="store_true")
@@ -558,6 +591,11 @@ def main(argv=None) -> int:
                 print(f"wrote envs/{g}.requirements.txt")
             else:
                 print(text, end="")
+        return 0
+    if args.cmd == "rebatch":
+        m = rebatch(args.directory, args.batch_mb)
+        print(f"{len(m['files'])} wheels in {args.directory}: " +
+              ", ".join(f"batch{i:03d} {size / MiB:.1f} MiB" for i, size in enumerate(m["batches"])))
         return 0
     if args.cmd == "install":
         names = install(args.directory, args.target, python=args.python, compile_pyc=args.compile)
