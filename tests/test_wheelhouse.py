@@ -340,6 +340,31 @@ def test_rebatch_shrinks_batches_and_still_installs(tmp_path, monkeypatch):
     assert (tmp_path / "site" / "bigdep" / "blob.bin").exists()
 
 
+def test_rebatch_re_splits_split_wheels_and_keeps_the_original_on_failure(tmp_path, monkeypatch):
+    monkeypatch.setattr(wh, "run_pip", FakePip(tmp_path))
+    out = tmp_path / "house"
+    before = wh.build("demo", requirements=["app==1.0"], split_mb=1000 / wh.MiB, batch_mb=3000 / wh.MiB, out=out,
+                      pip_python=sys.executable)
+    assert any(e.get("parts") for e in before["files"])  # some wheel was split at 1000 bytes
+    after = wh.main(["rebatch", str(out), "--batch-mb", str(700 / wh.MiB)])
+    assert after == 0
+    m = wh.load_manifest(out)
+    assert all(p["size"] <= 700 for e in m["files"] for p in (e.get("parts") or [e]))
+    assert [e["sha256"] for e in m["files"]] == [e["sha256"] for e in before["files"]]
+    wh.install(out, tmp_path / "site")
+    assert (tmp_path / "site" / "bigdep" / "blob.bin").exists()
+    listing = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    # a corrupt part: nothing is replaced
+    part = next(out.rglob("*.part*"))
+    part.write_bytes(b"x" + part.read_bytes()[1:])
+    with pytest.raises(ValueError, match="sha256 mismatch"):
+        wh.rebatch(out, 500 / wh.MiB)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == listing
+    assert not (tmp_path / "house.tmp").exists() and not (tmp_path / "house.old").exists()
+    with pytest.raises(ValueError, match="must be above 0"):
+        wh.rebatch(out, 0)
+
+
 def test_offline_gpu_host_installs_carried_wheelhouses_once_then_runs(tmp_path):
     """workflow/scripts/offline_gpu_host.sh on a checkout that carries .wheelhouse/<group>/ (install, run)."""
     root = Path(__file__).resolve().parents[1]

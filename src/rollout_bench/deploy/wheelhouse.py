@@ -495,10 +495,12 @@ def rebatch(directory, batch_mb: float) -> dict:
     """Lay an existing wheelhouse out again in batches of at most batch_mb MiB (parts re-split to
     fit), every file verified on the way, without downloading anything: for when the checkout that
     travels beside a batch has grown."""
-    directory = Path(directory)
+    if not batch_mb > 0:
+        raise ValueError(f"--batch-mb must be above 0, got {batch_mb}")
+    directory = Path(directory).resolve()
     manifest = load_manifest(directory)
     part_bytes = int(batch_mb * MiB)
-    stage = directory.with_name(directory.name + ".tmp")
+    stage, old = (directory.with_name(directory.name + suffix) for suffix in (".tmp", ".old"))
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     try:
@@ -506,16 +508,24 @@ def rebatch(directory, batch_mb: float) -> dict:
             files = []
             for entry in manifest["files"]:
                 wheel = stage / entry["file"]
-                shutil.copyfile(assemble(directory, entry, Path(tmp)), wheel)
+                shutil.copyfile(assemble(directory, entry, Path(tmp)), wheel)  # sha256-checked, parts too
                 Path(tmp, entry["file"]).unlink(missing_ok=True)
                 info = {k: v for k, v in entry.items() if k not in ("file", "size", "sha256", "parts", "dir")}
                 files.append(add_file(wheel, part_bytes, **info))
-                assert files[-1]["sha256"] == entry["sha256"], entry["file"]
+                if files[-1]["sha256"] != entry["sha256"]:
+                    raise ValueError(f"{entry['file']}: the re-laid copy's sha256 differs from the manifest's")
         manifest.update(files=files, split_bytes=part_bytes, batch_bytes=part_bytes,
                         batches=arrange(stage, files, part_bytes))
         write_manifest(stage, manifest)
-        shutil.rmtree(directory)
-        stage.rename(directory)
+        # swap by renames, so that no moment leaves neither copy (the wheels cannot be fetched again offline)
+        shutil.rmtree(old, ignore_errors=True)
+        directory.rename(old)
+        try:
+            stage.rename(directory)
+        except BaseException:
+            old.rename(directory)
+            raise
+        shutil.rmtree(old)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return manifest
