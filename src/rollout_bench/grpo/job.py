@@ -5,6 +5,7 @@ imports unsloth, which has to precede transformers and TRL in the process.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from .. import envinfo, stats
@@ -26,6 +27,13 @@ def steps_done(run: driver.Run, steps: int) -> int:
 def gate(run: driver.Run, spec: TrainSpec, steps: int) -> str | None:
     """A run whose trajectory cannot be compared reports no speed: every step it ran logged, finite
     loss, and the configured number of completions per step."""
+    # a non-finite gradient, clipped by its total norm, reaches every weight: the run trained a corrupted policy
+    # from that step on (the H200 learn run of results/published/h200-2026-12-01-session6 went on `ok` for 72 steps)
+    nan_norm = [s["step"] for s in run.steps if "grad_norm" in s.get("nonfinite", ())]  # stats_callback.records
+    update = run.info.get("adapter_update_norm")
+    if nan_norm or (isinstance(update, float) and not math.isfinite(update)):
+        return (f"non-finite gradient norm at step(s) {nan_norm[:5]} (adapter update norm {update}): the optimizer "
+                f"applied it, so every later step trained a corrupted policy")
     done = steps_done(run, steps)
     if len(run.steps) != done:
         return f"{len(run.steps)} step records for {done} optimizer steps"
