@@ -25,8 +25,8 @@ def steps_done(run: driver.Run, steps: int) -> int:
 
 
 def gate(run: driver.Run, spec: TrainSpec, steps: int) -> str | None:
-    """A run whose trajectory cannot be compared reports no speed: every step it ran logged, finite
-    loss, and the configured number of completions per step."""
+    """A run whose trajectory cannot be compared reports no speed: finite gradients, every step it ran
+    logged, finite loss, and the configured number of completions per step."""
     # a non-finite gradient, clipped by its total norm, reaches every weight: the run trained a corrupted policy
     # from that step on (the H200 learn run of results/published/h200-2026-12-01-session6 went on `ok` for 72 steps)
     nan_norm = [s["step"] for s in run.steps if "grad_norm" in s.get("nonfinite", ())]  # stats_callback.records
