@@ -67,6 +67,18 @@ def test_scheduler_preempts_newest_and_requeues_it():
     pt.check()
 
 
+def set_two_rows(runner, bucket: int) -> list[int]:
+    """Sequences of 20 and 40 tokens in two fresh slots, set as the first rows of a `bucket`-row decode."""
+    pt = runner.pages
+    slots = [pt.alloc_slot() for _ in range(2)]
+    pt.grow(slots[0], 20), pt.grow(slots[1], 40)
+    pt.sync()
+    seqs = [seq(0, 20), seq(1, 40)]
+    seqs[0].slot, seqs[1].slot = slots
+    runner.set_rows(seqs, bucket)
+    return slots
+
+
 @pytest.fixture(scope="module")
 def runner():
     model = random_model.build("qwen3-tiny", seed=0)
@@ -108,12 +120,7 @@ def test_decode_block_mask_consistent_with_mask_mod(runner):
 def test_flex_attention_agrees_with_dense_path(runner):
     """Eager flex_attention (slow on CPU, so only here) on the decode and the prefill masks."""
     pt = runner.pages
-    slots = [pt.alloc_slot() for _ in range(2)]
-    pt.grow(slots[0], 20), pt.grow(slots[1], 40)
-    pt.sync()
-    seqs = [seq(0, 20), seq(1, 40)]
-    seqs[0].slot, seqs[1].slot = slots
-    runner.set_rows(seqs, 2)
+    slots = set_two_rows(runner, 2)
     mask, _ = runner.decode_inputs(2)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, 1, 16, generator=g)
@@ -150,12 +157,7 @@ def test_folded_gqa_decode_agrees_with_unfolded():
     assert runner.q_rows == [3, 3] and runner.decode_keys == [(None, 3)]
     runner.decode_masks[24] = masks.decode_mask_mod(runner.slot, runner.pos, runner.pages.logical_dev, P, 24)
     pt = runner.pages
-    slots = [pt.alloc_slot() for _ in range(2)]
-    pt.grow(slots[0], 20), pt.grow(slots[1], 40)
-    pt.sync()
-    seqs = [seq(0, 20), seq(1, 40)]
-    seqs[0].slot, seqs[1].slot = slots
-    runner.set_rows(seqs, 3)  # row 2 is padding
+    slots = set_two_rows(runner, 3)  # row 2 is padding
     g = torch.Generator().manual_seed(0)
     q = torch.randn(3, 6, 1, 16, generator=g)  # [b, Hq, 1, D]
     k, v = (torch.randn(1, 2, runner.kv_len, 16, generator=g) for _ in range(2))
