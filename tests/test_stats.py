@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import time
 
@@ -116,3 +117,26 @@ def test_env_records_the_host_cpu_and_its_load(tmp_path):
     env = stats.base("generate", backend="flex", variant="graphs", model="m", workload={})["env"]
     assert env["cpu_count"] >= 1 and env["load_avg_1m"] >= 0
     assert env["cpu_model"] == envinfo.cpu_model()
+
+
+def test_vllm_lora_in_float32_is_skipped_with_its_reason_before_anything_loads(tiny_assets, tmp_path, monkeypatch):
+    """vLLM 0.26's LoRA kernels assert float16/bfloat16 (the H200 smoke run); vllm is not installed here, so
+    its availability is mocked and its load must not be reached."""
+    from rollout_bench import backends
+    from rollout_bench.backends import vllm
+
+    monkeypatch.setattr(backends, "unavailable", lambda *a, **k: None)
+    monkeypatch.setattr(vllm, "load", lambda spec: (_ for _ in ()).throw(AssertionError("loaded")))
+    wl = {**WL, "lora_rank": 4, "batch_size": 2, "n_prompts": 2, "warmup_prompts": 0, "rounds": 1,
+          "prompt_tokens": [1, 4096], "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu",
+          "dtype": "float32", "options": {}}
+    rec = generation.run_job(backend="vllm", variant="default", model="qwen3-tiny", case="lora", workload=wl,
+                             model_dir=tiny_assets["model"], adapter_dir=tiny_assets["lora"],
+                             dataset_dir=tiny_assets["dataset"], out=str(tmp_path / "v.json"))
+    assert rec["status"] == "skipped" and "LoRA kernels take float16 or bfloat16" in rec["reason"]
+    assert "workload.dtype" in rec["reason"] and stats.load(tmp_path / "v.json")["status"] == "skipped"
+    spec = GenSpec(model_dir="m", adapter_dir=tiny_assets["lora"], variant="default", batch_size=2, max_new_tokens=4,
+                   sampling=Sampling(), ignore_eos=True, eos_token_id=1, pad_token_id=0, max_prompt_tokens=8)
+    assert vllm.unsupported_spec(spec) is not None
+    assert vllm.unsupported_spec(dataclasses.replace(spec, dtype="bfloat16")) is None
+    assert vllm.unsupported_spec(dataclasses.replace(spec, adapter_dir=None)) is None

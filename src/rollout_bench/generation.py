@@ -169,6 +169,9 @@ def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict
     spec = spec_from_workload(workload, model_dir, adapter_dir, variant, tok.eos_token_id,
                               tok.pad_token_id, max(map(len, prompts + warmup)))
     mod = backends.module(backend)
+    reason = getattr(mod, "unsupported_spec", lambda spec: None)(spec)
+    if reason:
+        return stats.finish(stats.skipped(record, reason), out)
     built = None
     if hasattr(mod, "gate"):  # engines we wrote prove equality with HF before any speed is reported
         built = build(mod.load, spec)  # the engine the gate checks is the one then timed

@@ -13,6 +13,9 @@ A backend module provides:
     unsupported(model_dir) -> str | None  (optional)
         why it cannot run this model (its architecture, read from the config alone) and what would
         make it run; None when it can. Asked last, before anything loads.
+    unsupported_spec(spec: GenSpec) -> str | None  (optional)
+        why it cannot run this job's settings (its dtype, an adapter) and what would make it run;
+        None when it can. Asked once the job's spec is built, before anything loads.
     load(spec: GenSpec) -> generator with
         generate(prompts: list[list[int]], n: int) -> list[list[int]]
             n completions per prompt, prompt-major, token ids without the prompt;

@@ -40,6 +40,24 @@ GEMMA4 = ("gemma4", "gemma4_text")  # model_type of the multimodal config and of
 MEASURED_VLLM = "0.26"  # the release that crashed on Gemma-4 (results/published/h200-2026-12-01-session4)
 
 
+# vLLM 0.26's LoRA kernels (vllm/lora/ops/triton_ops: lora_shrink, lora_expand) assert these weight dtypes
+LORA_DTYPES = ("float16", "bfloat16")
+
+
+def unsupported_spec(spec) -> str | None:
+    """Why vLLM cannot run this job (its dtype with an adapter), and what would; None when it can.
+
+    Measured on an H200 (vLLM 0.26.0, the smoke run of results/published/h200-2026-12-01-session6): the
+    smoke profile's float32 LoRA cases failed at their first forward, in lora_expand's `assert
+    weight.dtype in [torch.float16, torch.bfloat16]`. GRPO's colocated vLLM is not asked: TRL merges the
+    adapter into the weights it syncs and sends no LoRA request."""
+    if spec.adapter_dir and spec.dtype not in LORA_DTYPES:
+        return (f"vLLM's LoRA kernels take {' or '.join(LORA_DTYPES)} weights only (vLLM 0.26 asserts it in "
+                f"lora_expand) and this job runs an adapter in {spec.dtype}: set workload.dtype to bfloat16 "
+                f"(or auto on a bfloat16 model) to run vLLM's LoRA cases")
+    return None
+
+
 def unsupported(model_dir: str) -> str | None:
     """Why vLLM cannot start on `model_dir`'s model, and what would change that; None when it can.
 
