@@ -22,12 +22,15 @@ from ..assets import chat
 from ..workload import LORA_TARGETS
 from . import data, flex_rollout, importance, outcomes, rewards, trl_cpu
 from .config import TrainSpec, grpo_config
+from .finite_grads import FiniteGrads
 from .phases import PHASES, PhaseClock
 from .stats_callback import StepStats
 from .wall_budget import WallBudget
 
 CPU_CB_BLOCK_SIZE = 32
 CPU_CB_MAX_BATCH_TOKENS = 512
+# a folder: a run that meets a non-finite gradient saves that step's batch and weights there (finite_grads.py)
+NAN_DUMP_VAR = "ROLLOUT_BENCH_NAN_DUMP"
 
 
 @dataclass
@@ -127,17 +130,19 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
     spec, tok, train_ds, max_prompt_len = load_data(backend, spec, model_dir, dataset_dir, dataset_limit)
     model, peft_config = load_model(backend, spec, model_dir, adapter_dir, max_prompt_len)
     stats_cb, clock, budget = StepStats(), PhaseClock(), WallBudget(max_wall_s)
+    finite = FiniteGrads(dump_dir=os.environ.get(NAN_DUMP_VAR))
     rollout = flex_rollout_of(backend, spec, clock)
 
     with tempfile.TemporaryDirectory(prefix="grpo-") as workdir:
         trainer, args = build_trainer(backend, spec, steps, workdir, max_prompt_len, model, peft_config, tok,
-                                      train_ds, [stats_cb, budget], rollout)
+                                      train_ds, [stats_cb, budget, finite], rollout)
         if adapter_dir and peft_config is not None:
             load_adapter_weights(trainer.model, adapter_dir)
         policy = trainer.accelerator.unwrap_model(trainer.model)
         if rollout is not None:
             rollout.engine = (engine_factory or flex_rollout.build_engine)(policy, spec, max_prompt_len)
         clock.install(trainer)
+        finite.install(trainer)
         outcomes.install(trainer)
         is_correction = importance_sampling(backend, spec, args, trainer)
         recorded = importance.install(trainer)
@@ -162,6 +167,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
                  "steps_per_generation": args.steps_per_generation, "shared_adapter": bool(adapter_dir)},
         "logprob_head": logprob_head,
         "wall_budget": budget.info(),
+        **finite.info(),
         "isolation": isolation.record(window),
         "trl_summary": stats_cb.summary,
         # what training changed: a run whose optimizer holds no LoRA parameters still logs a loss,

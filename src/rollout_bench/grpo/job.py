@@ -27,6 +27,12 @@ def steps_done(run: driver.Run, steps: int) -> int:
 def gate(run: driver.Run, spec: TrainSpec, steps: int) -> str | None:
     """A run whose trajectory cannot be compared reports no speed: finite gradients, every step it ran
     logged, finite loss, and the configured number of completions per step."""
+    bad_step = run.info.get("nonfinite_grad_step")
+    if bad_step is not None:
+        first = run.info.get("nonfinite_grad_params") or ["?"]
+        return (f"non-finite gradient at optimizer step {bad_step} (before clipping in {len(first)} parameter(s), "
+                f"first {first[0]}): its update was dropped and training stopped there (finite_grads.py); the "
+                f"stats hold every step up to it, that one with its loss and non-finite grad norm")
     # a non-finite gradient, clipped by its total norm, reaches every weight: the run trained a corrupted policy
     # from that step on (the H200 learn run of results/published/h200-2026-12-01-session6 went on `ok` for 72 steps)
     nan_norm = [s["step"] for s in run.steps if "grad_norm" in s.get("nonfinite", ())]  # stats_callback.records
