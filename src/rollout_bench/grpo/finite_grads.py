@@ -29,19 +29,19 @@ class FiniteGrads(TrainerCallback):
         self._inputs = None
 
     def install(self, trainer) -> None:
-        """Watch every trainable parameter's gradient; with dump_dir, keep each step's batch."""
+        """Watch every trainable parameter's gradient; with dump_dir, keep each step's loss inputs."""
         for name, p in trainer.model.named_parameters():
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(
                     lambda p, name=name: self._finite.__setitem__(name, p.grad.isfinite().all()))
         if self.dump_dir:
-            step = trainer.training_step
+            prepare = trainer._prepare_inputs  # GRPOTrainer's: the step's generated, scored batch for the loss
 
-            def training_step(model, inputs, *args, **kwargs):
-                self._inputs = inputs
-                return step(model, inputs, *args, **kwargs)
+            def _prepare_inputs(*args, **kwargs):
+                self._inputs = prepare(*args, **kwargs)
+                return self._inputs
 
-            trainer.training_step = training_step
+            trainer._prepare_inputs = _prepare_inputs
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         grads = [p.grad for p in model.parameters() if p.grad is not None]
