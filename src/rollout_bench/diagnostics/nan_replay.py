@@ -4,12 +4,15 @@ finite_grads.py (with ROLLOUT_BENCH_NAN_DUMP=DIR) saves the failing step's batch
 it ran on. This rebuilds the trainer of that job (same model, adapter, workload), loads those weights, and
 runs the step's loss and backward once per variant:
   as_run              the kernels the run used;
-  sdpa_math           attention through SDPA's math backend (not the memory-efficient or cuDNN kernels);
+  sdpa_math           attention through SDPA's math backend only;
+  sdpa_efficient      attention through SDPA's memory-efficient kernel only;
+  sdpa_no_cudnn       SDPA free to choose, except the cuDNN kernel;
   torch_logprob_head  TRL's Triton chunked log-prob head swapped for the plain-torch one (trl_cpu.py);
   anomaly             autograd's anomaly mode, which names the backward op that first returned NaN.
 Each reports the loss, the first module whose forward output was not finite, and the parameters whose
-gradient was not. On the H200 (2026-12-01) the loss was finite and the gradient NaN, so the forward is
-expected clean and the variants tell the kernels apart.
+gradient was not (variants that need CUDA are skipped elsewhere, with the reason). On the H200 the learn
+case's NaN replayed under as_run only: the forward was finite, and anomaly mode named cuDNN's SDPA backward
+(results/published/h200-2026-12-01-session7).
 
     python -m rollout_bench.diagnostics.nan_replay DUMP --backend flex --workload JSON \\
         --model-dir D --adapter A --dataset S [--out report.json]
@@ -25,7 +28,13 @@ import torch
 from ..grpo import driver, flex_rollout, trl_cpu
 from ..grpo.config import TrainSpec
 
-VARIANTS = ("as_run", "sdpa_math", "torch_logprob_head", "anomaly")
+VARIANTS = ("as_run", "sdpa_math", "sdpa_efficient", "sdpa_no_cudnn", "torch_logprob_head", "anomaly")
+SDPA_BACKENDS = {  # variant -> the SDPBackend names it allows
+    "sdpa_math": ("MATH",),
+    "sdpa_efficient": ("EFFICIENT_ATTENTION",),
+    "sdpa_no_cudnn": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"),
+}
+CUDA_ONLY = {"sdpa_efficient": "SDPA's memory-efficient kernel runs on CUDA only"}
 
 
 def build_trainer(backend: str, workload: dict, model_dir: str, adapter_dir: str | None, dataset_dir: str, workdir: str):
@@ -43,10 +52,10 @@ def build_trainer(backend: str, workload: dict, model_dir: str, adapter_dir: str
 
 @contextlib.contextmanager
 def variant(name: str):
-    if name == "sdpa_math":
+    if name in SDPA_BACKENDS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        with sdpa_kernel([SDPBackend.MATH]):
+        with sdpa_kernel([getattr(SDPBackend, b) for b in SDPA_BACKENDS[name]]):
             yield
     elif name == "torch_logprob_head":
         import trl.trainer.utils as trl_utils
@@ -102,6 +111,9 @@ def replay(trainer, dump: dict, names=VARIANTS) -> dict:
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     model.train()
     for name in names:
+        if device.type != "cuda" and name in CUDA_ONLY:
+            report["variants"][name] = {"skipped": CUDA_ONLY[name]}
+            continue
         model.zero_grad(set_to_none=True)
         rec: dict = {}
         try:
