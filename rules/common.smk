@@ -65,14 +65,20 @@ LEASE = (f"python -m rollout_bench.gpu_lease --gpus {GPU_PER_JOB} --lock-dir {CF
 
 
 
+def job_options(wc):
+    """The backend options of a generate or train job (the rule's output says which)."""
+    return (train_workload(wc) if hasattr(wc, "seed") else job_workload(wc))["options"]
+
+
 def gpu_slots(wc):
-    """A generate or train job's `gpu` resource: one job slot, or every slot of its GPU for a backend that
-    must have it alone (backends: ALONE_ON_GPU), so that Snakemake starts no slot job the lease would hold back."""
-    return GPU_PER_JOB * (CFG["gpu"]["jobs_per_gpu"] if rb_backends.alone_on_gpu(wc.backend) else 1)
+    """A generate or train job's `gpu` resource: one job slot, or every slot of its GPU for a job that must have
+    it alone (backends: alone_on_gpu), so that Snakemake starts no slot job the lease would hold back."""
+    alone = rb_backends.alone_on_gpu(wc.backend, job_options(wc))
+    return GPU_PER_JOB * (CFG["gpu"]["jobs_per_gpu"] if alone else 1)
 
 
 def lease_alone(wc):
-    return "--alone " if GPU_PER_JOB and rb_backends.alone_on_gpu(wc.backend) else ""
+    return "--alone " if GPU_PER_JOB and rb_backends.alone_on_gpu(wc.backend, job_options(wc)) else ""
 
 
 # A truncated or invalid cached stats file counts as missing: moved aside, so its job reruns (by the

@@ -47,6 +47,8 @@ def test_three_step_run_writes_the_stats_contract(run, backend):
     assert stats.load(out)["backend"] == backend  # schema-valid on disk
     assert [s["step"] for s in rec["steps"]] == [1, 2, 3]
     assert rec["nonfinite_grad_step"] is None  # finite_grads.FiniteGrads watched every step
+    # cuDNN's SDPA off in every GRPO process (attention_kernels.py), the others left to SDPA's choice
+    assert rec["attention_kernels"]["sdpa"] == {"cudnn": False, "flash": True, "mem_efficient": True, "math": True}
     for s in rec["steps"]:
         assert all(k in s for k in job.CONTRACT)
         assert s["n_completions"] == 4 and s["completion_len"] <= 16

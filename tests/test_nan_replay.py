@@ -54,6 +54,7 @@ def test_replay_runs_every_variant_and_finds_poisoned_weights(dumped, tmp_path):
     assert nan_replay.main([dumped["run"].info["nonfinite_dump"], *args, "--out", str(tmp_path / "r.json")]) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert set(report["variants"]) == set(nan_replay.VARIANTS)
+    assert report["as_run_kernels"]["cudnn"] is False  # as_run replays the GRPO job's SDPA policy
     ran = {k: v for k, v in report["variants"].items() if "skipped" not in v}
     assert set(report["variants"]) - set(ran) == set(nan_replay.CUDA_ONLY)  # CPU: SDPA has no efficient kernel
     for rec in ran.values():  # the real step's backward is finite on CPU

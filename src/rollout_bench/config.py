@@ -13,6 +13,7 @@ import yaml
 from . import MODEL_CONFIGS, ROOT, SCHEMAS, backends, envinfo
 from .assets import dataset as dataset_assets
 from .assets import model as model_assets
+from .grpo import vllm_colocate
 from .workload import LORA_TARGETS, Sampling
 
 
@@ -182,6 +183,10 @@ def _check_train(cfg: dict) -> None:
     if imp["correction"] and imp["mode"].endswith("_truncate") and lo is None and hi is None:
         raise ConfigError(f"config error at train.importance_sampling.clip_max: mode {imp['mode']} needs a bound "
                           f"(set clip_max, e.g. 3.0, or clip_min)")
+    try:
+        vllm_colocate.check((tr["options"].get("vllm") or {}).get("engine_kwargs", {}))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_warmstart(cfg: dict) -> None:

@@ -8,8 +8,9 @@ A backend module provides:
     unavailable(variant, gpu_count) -> str | None
         why it cannot run here *and what would make it run*; None when it can. Asked only once
         REQUIRES are installed and, with NEEDS_GPU, a GPU is visible (host_reason says so first).
-    ALONE_ON_GPU: bool  (optional) it cannot share its GPU with other jobs where a GPU takes several
-        (gpu.jobs_per_gpu > 1): its GPU lease takes every slot (GRPO's backend of that name too)
+    alone_on_gpu(options: dict) -> bool  (optional) with these options (the job's `options`) it cannot share
+        its GPU with other jobs where a GPU takes several (gpu.jobs_per_gpu > 1): its GPU lease takes every
+        slot (GRPO's backend of that name too, asked with train.options)
     unsupported(model_dir) -> str | None  (optional)
         why it cannot run this model (its architecture, read from the config alone) and what would
         make it run; None when it can. Asked last, before anything loads.
@@ -71,5 +72,7 @@ def fingerprint(name: str) -> str:
     return host_fingerprint((*mod.REQUIRES, *extra))
 
 
-def alone_on_gpu(name: str) -> bool:
-    return bool(getattr(module(name), "ALONE_ON_GPU", False))
+def alone_on_gpu(name: str, options: dict) -> bool:
+    """Whether a job of backend `name` with `options` must have its GPU alone (its lease takes every slot)."""
+    ask = getattr(module(name), "alone_on_gpu", None)
+    return bool(ask(options)) if ask else False

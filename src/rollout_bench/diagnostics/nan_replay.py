@@ -3,7 +3,8 @@
 finite_grads.py (with ROLLOUT_BENCH_NAN_DUMP=DIR) saves the failing step's batch and the trainable weights
 it ran on. This rebuilds the trainer of that job (same model, adapter, workload), loads those weights, and
 runs the step's loss and backward once per variant:
-  as_run              the kernels the run used;
+  as_run              the kernels a GRPO job uses now (grpo/attention_kernels.py: SDPA without cuDNN);
+  sdpa_cudnn          attention through cuDNN's SDPA kernel only (the kernel of the NaN below);
   sdpa_math           attention through SDPA's math backend only;
   sdpa_efficient      attention through SDPA's memory-efficient kernel only;
   sdpa_no_cudnn       SDPA free to choose, except the cuDNN kernel;
@@ -12,7 +13,7 @@ runs the step's loss and backward once per variant:
 Each reports the loss, the first module whose forward output was not finite, and the parameters whose
 gradient was not (variants that need CUDA are skipped elsewhere, with the reason). On the H200 the learn
 case's NaN replayed under as_run only: the forward was finite, and anomaly mode named cuDNN's SDPA backward
-(results/published/h200-2026-12-01-session7).
+(results/published/h200-2026-12-01-session7); GRPO jobs have run without it since.
 
     python -m rollout_bench.diagnostics.nan_replay DUMP --backend flex --workload JSON \\
         --model-dir D --adapter A --dataset S [--out report.json]
@@ -25,16 +26,18 @@ import tempfile
 
 import torch
 
-from ..grpo import driver, flex_rollout, trl_cpu
+from ..grpo import attention_kernels, driver, flex_rollout, trl_cpu
 from ..grpo.config import TrainSpec
 
-VARIANTS = ("as_run", "sdpa_math", "sdpa_efficient", "sdpa_no_cudnn", "torch_logprob_head", "anomaly")
+VARIANTS = ("as_run", "sdpa_cudnn", "sdpa_math", "sdpa_efficient", "sdpa_no_cudnn", "torch_logprob_head", "anomaly")
 SDPA_BACKENDS = {  # variant -> the SDPBackend names it allows
+    "sdpa_cudnn": ("CUDNN_ATTENTION",),
     "sdpa_math": ("MATH",),
     "sdpa_efficient": ("EFFICIENT_ATTENTION",),
     "sdpa_no_cudnn": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"),
 }
-CUDA_ONLY = {"sdpa_efficient": "SDPA's memory-efficient kernel runs on CUDA only"}
+CUDA_ONLY = {"sdpa_efficient": "SDPA's memory-efficient kernel runs on CUDA only",
+             "sdpa_cudnn": "cuDNN's SDPA kernel runs on CUDA only"}
 
 
 def build_trainer(backend: str, workload: dict, model_dir: str, adapter_dir: str | None, dataset_dir: str, workdir: str):
@@ -106,7 +109,8 @@ def replay(trainer, dump: dict, names=VARIANTS) -> dict:
     inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in dump["inputs"].items()}
     if "importance_sampling_ratio" in inputs:  # flex's and vLLM's runs: TRL applies it only under use_vllm
         flex_rollout.enable_importance_sampling(trainer)
-    report = {"step": dump["step"], "bad_params_in_run": dump["bad_params"][:10], "variants": {}}
+    report = {"step": dump["step"], "bad_params_in_run": dump["bad_params"][:10],
+              "as_run_kernels": attention_kernels.state(), "variants": {}}
     # set by the Trainer's loop, read by GRPOTrainer's loss normalisation
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     model.train()
@@ -142,6 +146,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     dump = torch.load(a.dump, map_location="cpu")
+    attention_kernels.apply()  # as a GRPO job does before it builds its trainer
     with tempfile.TemporaryDirectory(prefix="nan-replay-") as workdir:
         trainer = build_trainer(a.backend, json.loads(a.workload), a.model_dir, a.adapter, a.dataset, workdir)
         report = replay(trainer, dump, a.variants.split(","))

@@ -8,6 +8,7 @@ adapter and hyper-parameters for every backend; only the rollout path differs.
     unsloth          Unsloth's FastLanguageModel (fast_inference=False) with the shared adapter copied
                      in, trained by the GRPOTrainer Unsloth patches into TRL (its own generate path)
 """
+import contextlib
 import dataclasses
 import math
 import os
@@ -20,7 +21,7 @@ import torch
 from .. import isolation
 from ..assets import chat
 from ..workload import LORA_TARGETS
-from . import data, flex_rollout, importance, outcomes, rewards, trl_cpu
+from . import attention_kernels, data, flex_rollout, importance, outcomes, rewards, trl_cpu, vllm_colocate
 from .config import TrainSpec, grpo_config
 from .finite_grads import FiniteGrads
 from .phases import PHASES, PhaseClock
@@ -126,6 +127,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
     from transformers import set_seed
 
     logprob_head = "torch fallback (no Triton)" if trl_cpu.ensure_logprob_head() else "trl triton kernel"
+    kernels = attention_kernels.apply()
     set_seed(spec.seed)
     spec, tok, train_ds, max_prompt_len = load_data(backend, spec, model_dir, dataset_dir, dataset_limit)
     model, peft_config = load_model(backend, spec, model_dir, adapter_dir, max_prompt_len)
@@ -166,6 +168,7 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
                  "epsilon": args.epsilon, "generation_batch_size": args.generation_batch_size,
                  "steps_per_generation": args.steps_per_generation, "shared_adapter": bool(adapter_dir)},
         "logprob_head": logprob_head,
+        "attention_kernels": kernels,
         "wall_budget": budget.info(),
         **finite.info(),
         "isolation": isolation.record(window),
@@ -177,6 +180,8 @@ def train(backend: str, spec: TrainSpec, *, model_dir: str, adapter_dir: str | N
     }
     if rollout is not None:
         info["engine"] = {"lora_refreshes": rollout.refreshes, **getattr(rollout.engine, "memory", dict)()}
+    if backend == "vllm":
+        info["engine"] = {"colocated_kwargs": trainer.vllm_engine_kwargs}
     return Run(step_records, round(train_wall, 4), peak_memory(step_records), info)
 
 
@@ -219,9 +224,14 @@ def build_trainer(backend: str, spec: TrainSpec, steps: int, workdir: str, max_p
         for k, v in vllm_backend.ENV.items():
             os.environ.setdefault(k, v)
     args = grpo_config(spec, backend, max_steps=steps, output_dir=workdir, max_prompt_len=max_prompt_len)
-    trainer = GRPOTrainer(model=model, reward_funcs=rewards.build(tok.eos_token), args=args,
-                          train_dataset=train_ds, processing_class=tok, peft_config=peft_config,
-                          callbacks=callbacks, rollout_func=rollout)
+    engine = (vllm_colocate.engine_options(spec.dtype, spec.options.get("engine_kwargs", {})) if backend == "vllm"
+              else contextlib.nullcontext())
+    with engine as built:
+        trainer = GRPOTrainer(model=model, reward_funcs=rewards.build(tok.eos_token), args=args,
+                              train_dataset=train_ds, processing_class=tok, peft_config=peft_config,
+                              callbacks=callbacks, rollout_func=rollout)
+    if backend == "vllm":
+        trainer.vllm_engine_kwargs = vllm_colocate.require_built(built)  # the driver records it
     return trainer, args
 
 
