@@ -7,6 +7,16 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.fixture(autouse=True)
+def sdpa_flags():
+    """A GRPO run turns cuDNN's SDPA off process-wide (grpo/attention_kernels.py): no test sees another's flags."""
+    import torch
+
+    kept = torch.backends.cuda.cudnn_sdp_enabled()
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(kept)
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory):
     """Tokenizer, dataset, tiny Qwen3 model dir and a rank-4 adapter, built once per session."""

@@ -193,7 +193,8 @@ def test_engine_memory(monkeypatch):
                           model_config=mc, parallel_config=None)
     llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=cfg))
     m = vb.engine_memory(llm, 0.9)
-    assert m == {"reserved_gb": 110.0, "gpu_memory_utilization": 0.9, "kv_cache_tokens": 16000,
+    assert m["kv_cache_memory_bytes"] is None and vb.engine_memory(llm, 0.1, 2**30)["kv_cache_memory_bytes"] == 2**30
+    assert m == {"reserved_gb": 110.0, "gpu_memory_utilization": 0.9, "kv_cache_memory_bytes": None, "kv_cache_tokens": 16000,
                  "kv_cache_gb": round(16000 * 2 * 36 * 8 * 128 * 2 / 1e9, 3)}
     assert vb.engine_memory(SimpleNamespace(), 0.3)["kv_cache_gb"] is None  # not exposed: in-use only
 

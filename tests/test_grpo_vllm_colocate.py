@@ -25,7 +25,8 @@ def trl_engine(monkeypatch):
     monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
     monkeypatch.setattr(vllm_generation, "LLM", FakeLLM, raising=False)
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.setenv(k, os.environ.get(k, "0" if "RANK" in k or k == "WORLD_SIZE" else "29500"))
+        monkeypatch.setenv(k, os.environ.get(k, {"WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                                                 "MASTER_PORT": "29500"}.get(k, "0")))
     gen = object.__new__(vllm_generation.VLLMGeneration)
     model = torch.nn.Linear(2, 2)
     model.name_or_path = "/models/tiny"
@@ -44,6 +45,7 @@ def test_trl_builds_its_engine_with_the_trainers_dtype_and_the_engine_kwargs(mon
         gen._init_vllm()
     (kw,) = FakeLLM.made
     assert kw["dtype"] == "float32" and kw["kv_cache_memory_bytes"] == 2**30
+    assert set(kw) - {"dtype", "kv_cache_memory_bytes"} == set(vllm_colocate.TRL_SETS)  # what this TRL passes
     # TRL's own choices are untouched
     assert kw["model"] == "/models/tiny" and kw["gpu_memory_utilization"] == 0.1
     assert kw["logprobs_mode"] == "processed_logprobs"
@@ -67,7 +69,7 @@ def test_a_trainer_that_built_no_engine_through_the_wrapper_fails():
 
 
 @pytest.mark.parametrize("kwargs,field", [({"dtype": "float16"}, "'dtype' is the trainer's"),
-                                          ({"seed": 1, "max_num_seqs": 4}, "max_num_seqs, seed set by TRL"),
+                                          ({"seed": 1, "max_num_seqs": 4}, "max_num_seqs, seed set by TRL.*train.seeds"),
                                           ("1GiB", "a mapping")])
 def test_engine_kwargs_that_clash_are_a_config_error_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field) as e:
@@ -83,6 +85,7 @@ def test_vllm_shares_its_gpu_only_with_a_fixed_kv_size():
     assert backends.alone_on_gpu("vllm", {})
     assert backends.alone_on_gpu("vllm", {"gpu_memory_utilization": 0.5, "engine_kwargs": {}})
     assert not backends.alone_on_gpu("vllm", {"engine_kwargs": {"kv_cache_memory_bytes": 2**30}})
+    assert backends.alone_on_gpu("vllm", {"engine_kwargs": {"kv_cache_memory_bytes": None}})  # vLLM profiles then
     assert not any(backends.alone_on_gpu(b, {}) for b in backends.NAMES if b != "vllm")
 
 
@@ -94,3 +97,17 @@ def test_the_smoke_profile_fixes_vllms_kv_size_in_generation_and_grpo():
              for j in config.train_jobs(cfg) if j.backend == "vllm"]
     assert gen and train
     assert not any(backends.alone_on_gpu("vllm", o) for o in gen + train)
+
+
+def test_a_user_key_this_trl_passes_itself_is_a_config_error(monkeypatch):
+    monkeypatch.setattr(vllm_generation, "LLM", FakeLLM, raising=False)
+    with pytest.raises(ValueError, match="train.options.vllm.engine_kwargs.*remove them"):
+        with vllm_colocate.engine_options("float32", {"enforce_eager": True}):
+            vllm_generation.LLM(model="m", enforce_eager=False)
+
+
+def test_without_vllm_the_wrapper_leaves_no_llm_behind(monkeypatch):
+    monkeypatch.delattr(vllm_generation, "LLM", raising=False)
+    with vllm_colocate.engine_options("float32", {}):
+        assert callable(vllm_generation.LLM)
+    assert not hasattr(vllm_generation, "LLM")

@@ -51,6 +51,7 @@ def test_replay_runs_every_variant_and_finds_poisoned_weights(dumped, tmp_path):
     dump = torch.load(dumped["run"].info["nonfinite_dump"])
     args = ["--backend", "hf_generate", "--workload", json.dumps(WORKLOAD), "--model-dir", dumped["model"],
             "--adapter", dumped["lora"], "--dataset", dumped["dataset"]]
+    torch.backends.cuda.enable_cudnn_sdp(True)  # as a fresh process starts (the fixture's run turned it off)
     assert nan_replay.main([dumped["run"].info["nonfinite_dump"], *args, "--out", str(tmp_path / "r.json")]) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert set(report["variants"]) == set(nan_replay.VARIANTS)

@@ -2,7 +2,9 @@
 
 Variants: `default` (normal weight loading, gpu_memory_utilization from config, 0.9 unless set),
 `dummy` (load_format="dummy": random weights, engine speed only) and `gmu_low` (0.3: how much of
-the speed survives a small KV cache). vLLM reserves its KV cache up front, so memory is reported as
+the speed survives a small KV cache; with `engine_kwargs.kv_cache_memory_bytes` set, as in the smoke profile, that
+fixes the KV size and the two differ only in how much free memory vLLM asks for at start-up; the stats record
+both). vLLM reserves its KV cache up front, so memory is reported as
 device memory in use (cudaMemGetInfo) next to the KV cache size, not torch's allocator peaks.
 """
 import json
@@ -105,7 +107,7 @@ def alone_on_gpu(options: dict) -> bool:
     profiling"): every vLLM job of the smoke run, 4 jobs a GPU, crashed so on the H200
     (results/published/h200x2-2026-12-01-session5). `engine_kwargs.kv_cache_memory_bytes` sizes the cache
     directly and skips that profile's check, so such a job can share."""
-    return "kv_cache_memory_bytes" not in (options.get("engine_kwargs") or {})
+    return (options.get("engine_kwargs") or {}).get("kv_cache_memory_bytes") is None
 
 
 def gpu_memory_utilization(spec) -> float:
@@ -183,7 +185,8 @@ class Generator:
         return [list(c.token_ids) for o in outs for c in sorted(o.outputs, key=lambda c: c.index)]
 
     def memory(self) -> dict:
-        return engine_memory(self.llm, gpu_memory_utilization(self.spec))
+        return engine_memory(self.llm, gpu_memory_utilization(self.spec),
+                             self.spec.options.get("engine_kwargs", {}).get("kv_cache_memory_bytes"))
 
     def close(self):
         core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
@@ -195,14 +198,14 @@ class Generator:
         self.llm = None
 
 
-def engine_memory(llm, gmu: float) -> dict:
+def engine_memory(llm, gmu: float, kv_fixed: int | None = None) -> dict:
     """Device memory in use (cudaMemGetInfo: vLLM reserves KV cache, graphs and workspaces outside
     torch's peak stats) and the KV cache vLLM carved out (None where this release hides it)."""
     import torch
 
     free, total = torch.cuda.mem_get_info()
     out = {"reserved_gb": round((total - free) / 1e9, 3), "gpu_memory_utilization": gmu,
-           "kv_cache_tokens": None, "kv_cache_gb": None}
+           "kv_cache_memory_bytes": kv_fixed, "kv_cache_tokens": None, "kv_cache_gb": None}
     try:
         cfg = llm.llm_engine.vllm_config
         tokens = cfg.cache_config.num_gpu_blocks * cfg.cache_config.block_size

@@ -3,16 +3,17 @@
 finite_grads.py (with ROLLOUT_BENCH_NAN_DUMP=DIR) saves the failing step's batch and the trainable weights
 it ran on. This rebuilds the trainer of that job (same model, adapter, workload), loads those weights, and
 runs the step's loss and backward once per variant:
-  as_run              the kernels a GRPO job uses now (grpo/attention_kernels.py: SDPA without cuDNN);
+  as_run              the kernels a GRPO job uses now (grpo/attention_kernels.py: SDPA free to choose, except
+                      cuDNN's kernel; a dump from a run before that policy ran with cuDNN allowed: sdpa_cudnn);
   sdpa_cudnn          attention through cuDNN's SDPA kernel only (the kernel of the NaN below);
   sdpa_math           attention through SDPA's math backend only;
   sdpa_efficient      attention through SDPA's memory-efficient kernel only;
-  sdpa_no_cudnn       SDPA free to choose, except the cuDNN kernel;
   torch_logprob_head  TRL's Triton chunked log-prob head swapped for the plain-torch one (trl_cpu.py);
   anomaly             autograd's anomaly mode, which names the backward op that first returned NaN.
 Each reports the loss, the first module whose forward output was not finite, and the parameters whose
 gradient was not (variants that need CUDA are skipped elsewhere, with the reason). On the H200 the learn
-case's NaN replayed under as_run only: the forward was finite, and anomaly mode named cuDNN's SDPA backward
+case's NaN replayed only with cuDNN's kernel allowed (then the default), finite under the math, memory-efficient
+and no-cuDNN kernels: the forward was finite, and anomaly mode named cuDNN's SDPA backward
 (results/published/h200-2026-12-01-session7); GRPO jobs have run without it since.
 
     python -m rollout_bench.diagnostics.nan_replay DUMP --backend flex --workload JSON \\
@@ -29,12 +30,11 @@ import torch
 from ..grpo import attention_kernels, driver, flex_rollout, trl_cpu
 from ..grpo.config import TrainSpec
 
-VARIANTS = ("as_run", "sdpa_cudnn", "sdpa_math", "sdpa_efficient", "sdpa_no_cudnn", "torch_logprob_head", "anomaly")
+VARIANTS = ("as_run", "sdpa_cudnn", "sdpa_math", "sdpa_efficient", "torch_logprob_head", "anomaly")
 SDPA_BACKENDS = {  # variant -> the SDPBackend names it allows
     "sdpa_cudnn": ("CUDNN_ATTENTION",),
     "sdpa_math": ("MATH",),
     "sdpa_efficient": ("EFFICIENT_ATTENTION",),
-    "sdpa_no_cudnn": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"),
 }
 CUDA_ONLY = {"sdpa_efficient": "SDPA's memory-efficient kernel runs on CUDA only",
              "sdpa_cudnn": "cuDNN's SDPA kernel runs on CUDA only"}

@@ -6,8 +6,10 @@ ones with the math, memory-efficient and no-cuDNN kernels, and autograd's anomal
 `ScaledDotProductCudnnAttentionBackward0` (pytorch/pytorch#196678: cuDNN's SDPA backward returns NaN dQ
 under an explicit attention mask on Hopper). The trainer's log-prob forward and backward run SDPA with
 the batch's padding mask, so the process keeps SDPA free to choose among the other kernels. The flag is
-process-wide; rollouts do not use SDPA (flex runs flex_attention, vLLM its own kernels), and the policy
-is the same for every backend, so step times still compare.
+process-wide, so the rollouts that run SDPA in the trainer's process (hf_generate's `model.generate`,
+transformers_cb's `paged|sdpa`, Unsloth's) run without cuDNN too, unlike the generation jobs of the same
+backends; flex (flex_attention) and vLLM (its own kernels) are untouched. The policy is the same for every
+GRPO backend; GRPO step times from before it (2026-12-01 session 8) ran other kernels.
 """
 import torch
 

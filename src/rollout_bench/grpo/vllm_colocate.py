@@ -12,9 +12,13 @@ import contextlib
 
 FIELD = "train.options.vllm.engine_kwargs"
 # what TRL 1.15 passes to LLM(...) itself (trl/generation/vllm_generation.py): the config cannot override these
-TRL_SETS = frozenset({"model", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
-                      "enable_sleep_mode", "model_impl", "distributed_executor_backend", "seed",
-                      "max_num_batched_tokens", "logprobs_mode", "quantization", "trust_remote_code"})
+# each with where the project sets it, or None where TRL decides it alone
+TRL_SETS = {"model": "the model dir (train.models)", "gpu_memory_utilization": "train.options.vllm.gpu_memory_utilization",
+            "max_model_len": "train.max_completion_length (plus the longest prompt)",
+            "max_num_seqs": "train.prompts_per_step x train.num_generations", "seed": "train.seeds",
+            "tensor_parallel_size": None, "enable_sleep_mode": None, "model_impl": None,
+            "distributed_executor_backend": None, "max_num_batched_tokens": None, "logprobs_mode": None,
+            "quantization": None, "trust_remote_code": None}
 
 
 def check(engine_kwargs: dict) -> None:
@@ -23,12 +27,14 @@ def check(engine_kwargs: dict) -> None:
         raise ValueError(f"config error at {FIELD}: a mapping of vLLM LLM() keyword arguments, not "
                          f"{type(engine_kwargs).__name__}")
     if "dtype" in engine_kwargs:
-        raise ValueError(f"config error at {FIELD}: 'dtype' is the trainer's (workload.dtype); remove it there")
-    clash = sorted(TRL_SETS & set(engine_kwargs))
+        raise ValueError(f"config error at {FIELD}: 'dtype' is the trainer's: remove it from {FIELD} and set "
+                         f"workload.dtype")
+    clash = sorted(set(TRL_SETS) & set(engine_kwargs))
     if clash:
-        raise ValueError(f"config error at {FIELD}: {', '.join(clash)} set by TRL's GRPOTrainer itself; set them "
-                         f"through the train config (vllm_gpu_memory_utilization: train.options.vllm."
-                         f"gpu_memory_utilization) or remove them")
+        how = "; ".join(f"{k}: " + (f"set through {TRL_SETS[k]}" if TRL_SETS[k] else "TRL's own choice")
+                        for k in clash)
+        raise ValueError(f"config error at {FIELD}: {', '.join(clash)} set by TRL's GRPOTrainer itself; remove "
+                         f"them from {FIELD} ({how})")
 
 
 @contextlib.contextmanager
@@ -38,15 +44,19 @@ def engine_options(dtype: str, engine_kwargs: dict):
     check(engine_kwargs)
     from trl.generation import vllm_generation
 
-    original = getattr(vllm_generation, "LLM", None)  # absent where vLLM does not import
+    had = hasattr(vllm_generation, "LLM")  # absent where vLLM does not import
+    original = getattr(vllm_generation, "LLM", None)
     built: list[dict] = []
 
     def llm(*args, **kwargs):
         ours = {"dtype": dtype, **engine_kwargs}
         taken = sorted(set(ours) & set(kwargs))
-        if taken:  # a newer TRL sets one of them itself: ours would silently replace its choice
-            raise RuntimeError(f"TRL now passes {', '.join(taken)} to vLLM's LLM() itself; "
-                               f"grpo/vllm_colocate.py must not override it")
+        if "dtype" in taken:  # a newer TRL chooses the dtype itself: ours would silently replace its choice
+            raise RuntimeError("TRL now passes dtype to vLLM's LLM() itself; grpo/vllm_colocate.py must not "
+                               "override it")
+        if taken:
+            raise ValueError(f"config error at {FIELD}: this TRL passes {', '.join(taken)} to vLLM's LLM() itself: "
+                             f"remove them from {FIELD} (and add them to vllm_colocate.TRL_SETS)")
         built.append(ours)
         return original(*args, **kwargs, **ours)
 
@@ -54,7 +64,10 @@ def engine_options(dtype: str, engine_kwargs: dict):
     try:
         yield built
     finally:
-        vllm_generation.LLM = original
+        if had:
+            vllm_generation.LLM = original
+        else:
+            del vllm_generation.LLM
 
 
 def require_built(built: list[dict]) -> dict:
