@@ -98,6 +98,37 @@ def test_uniforms_in_open_interval_and_hash_matches_python():
     assert sampler._mix32(x).tolist() == [sampler._mix32(int(v)) for v in x]
 
 
+# (seed, position, token) whose hash is 2**24 - 1 after the shift: ((2**24 - 1) + 0.5) / 2**24 rounds to
+# 1.0 in float32 (ties to even), -log(-log(1.0)) = +inf, and that token wins the Gumbel argmax whatever its
+# logit. Once in 2**24 (seed, position, token) triples: with a full sort over a 4096-token vocabulary,
+# once in ~4100 steps, about 2% of ~90-token completions got one arbitrary token.
+ROUNDS_TO_ONE = (request_seed(3407, 0), 6001, 3742)
+
+
+def test_uniforms_never_round_to_one():
+    seed, pos, token = ROUNDS_TO_ONE
+    u = sampler.uniform(torch.tensor([seed]), torch.tensor([pos]), torch.arange(4096)[None])
+    assert u.max() < 1 and torch.isfinite(-torch.log(-torch.log(u))).all()
+    assert sampler.uniform(torch.tensor([seed]), torch.tensor([pos]), torch.tensor([[token]])).item() < 1
+
+
+@pytest.mark.parametrize("how", ["full", "topk"])
+def test_a_negligible_token_is_never_drawn(how):
+    """The token whose uniform is the largest the hash gives, at logit -100 against 0 elsewhere (its
+    probability e^-100): a Gumbel draw of the grid's largest uniform is ~16.6, so it cannot win."""
+    seed, pos, token = ROUNDS_TO_ONE
+    logits = torch.zeros(1, 4096)
+    logits[0, token] = -100.0
+    if how == "topk":  # the candidate set: the token among the top 64 (all others far below)
+        logits[0] = -1000.0
+        logits[0, :63] = 0.0
+        logits[0, token] = -100.0
+    p = Params(torch.ones(1), torch.tensor([64 if how == "topk" else 0]), torch.ones(1), torch.zeros(1),
+               torch.tensor([seed]))
+    tok, lp = sample(logits, p, torch.tensor([pos]), how, 64)
+    assert tok.item() != token and lp.item() > -20
+
+
 def test_greedy_rows_inside_a_sampled_batch():
     logits = torch.randn(4, 50)
     p = params(4, temperature=1.0)

@@ -31,7 +31,10 @@ def uniform(seeds: torch.Tensor, positions: torch.Tensor, token_ids: torch.Tenso
     """seeds, positions [B] int64; token_ids [B, K] -> uniforms in (0, 1) [B, K] float32."""
     key = _mix32((seeds + positions * _GOLDEN) & M32)  # [B]
     bits = _mix32(key[:, None] ^ _mix32(token_ids.long()))  # [B, K]
-    return ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))
+    # 23 bits: (k + 0.5) / 2**23 is exact in float32 for every k < 2**23, the largest 1 - 2**-24. With
+    # 24 bits, (2**24 - 1 + 0.5) rounds to 2**24, u = 1.0, and the Gumbel noise -log(-log(u)) = +inf
+    # forced that token (any token, whatever its logit) once in 2**24 (row, position, token) draws.
+    return ((bits >> 9).float() + 0.5) * (1.0 / (1 << 23))
 
 
 @dataclass(slots=True)
