@@ -67,3 +67,26 @@ def test_a_probe_at_the_target_accuracy_stops_training(tiny_base, learnable_dir,
     _, _, info = warmstart.train(tiny_base, rows, spec, tmp_path / "t", held)
     assert info["steps_done"] == 2 and info["stopped_at_accuracy_step"] == 2
     assert [p["step"] for p in info["probe"]] == [2] and "stopped_by_budget_at_step" not in info
+
+
+def test_decoding_in_chunks_continues_each_unfinished_row_to_the_same_completion(tiny_warm):
+    """The evaluation decodes chunk_tokens at a time, each call batching the rows still going: greedy gives what one
+    call gives, and every sample of a group comes back, ended or cut at max_new_tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollout_bench.assets import dataset
+
+    tok = AutoTokenizer.from_pretrained(tiny_warm["dir"])
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(tiny_warm["dir"], dtype=torch.float32).eval()
+    prompts = [r["prompt"] for r in dataset.load(str(tiny_warm["dataset"]), split="test").to_list()[:12]]
+    whole = warm_eval.EvalSpec(max_new_tokens=48, batch_size=4, chunk_tokens=48)
+    chunked = warm_eval.EvalSpec(max_new_tokens=48, batch_size=4, chunk_tokens=16)
+    one, parts = (warm_eval._generate(model, tok, prompts, s, 1, sample=False) for s in (whole, chunked))
+    assert [c[0] for c in parts] == [c[0] for c in one]
+    assert any(c[0].n_tokens > 16 for c in one) and any(not c[0].ended for c in one)  # rows ran past a chunk, and on
+    torch.manual_seed(0)
+    groups = warm_eval._generate(model, tok, prompts[:3], chunked, 4, sample=True)
+    assert [len(g) for g in groups] == [4, 4, 4]
+    assert all(c.n_tokens <= 48 and (c.ended or c.n_tokens == 48) for g in groups for c in g)

@@ -23,10 +23,14 @@ class SFTSpec:
     # "i of n" line labels, 150 steps missed the EOS gate (llama-tiny 0.906 on CPU, qwen3-tiny 0.914 on the
     # H200), and 250 steps at 320 tokens met it only narrowly (0.938 on 64 prompts): rows over 320 tokens, the
     # long problems (23% of the held-out ones), were never trained on and looped. At 512 tokens (8% left out)
-    # 250 steps met every gate on both tiny shapes (EOS 0.99-1.0, format 0.89-0.99)
-    steps: int = 250
+    # 250 steps of 16 met every gate on both tiny shapes (EOS 0.99-1.0, format 0.89-0.99), both jobs at once in
+    # 213 s (194 CPU s a job). The steps count more than the rows: 300 steps of 5 met them on both shapes and two
+    # seeds (EOS 1.0, format 0.93-1.0) in 98 s (75 CPU s a job); 260 of 5, 300 of 4 and 200 of 6 or 8 missed on
+    # one shape or both (EOS 0.90-0.93 or format 0.64-0.70), 200 of 6 at 1e-2 on both (2026-12-01, 2 cores
+    # shared with another workload, timed at its quietest)
+    steps: int = 300
     learning_rate: float = 5e-3
-    batch_size: int = 16
+    batch_size: int = 5
     max_length: int = 512  # prompt + completion tokens; longer rows are left out, not cut (a cut row has no eos)
     seed: int = 3407
     # GPU knobs: fp32 master weights under bf16 autocast; recomputed activations (a 4B shape's would not
@@ -65,11 +69,15 @@ def specs(d: dict) -> tuple[SFTSpec, warm_eval.EvalSpec, warm_card.Gates]:
             warm_card.Gates(**{**g, "accuracy_band": band}))
 
 
-def sft_rows(rows: list[dict], tok, max_length: int) -> list[dict]:
+def sft_rows(rows: list[dict], tok, max_length: int, limit: int | None = None) -> list[dict]:
     """TRL's standard prompt-completion rows: the templated prompt (ending in the working-out marker) and
-    the worked solution; the trainer appends eos. Rows over max_length tokens are dropped."""
+    the worked solution; the trainer appends eos. Rows over max_length tokens are dropped; the first `limit`
+    that fit are kept (a run reads steps x batch_size rows: tokenizing all 3,700 of the tiny CPU warm start's,
+    here and again in SFTTrainer, took ~10 CPU s; its 1,500 take ~4)."""
     out = []
     for r in rows:
+        if limit is not None and len(out) >= limit:
+            break
         prompt = tok.apply_chat_template(chat.messages(r["prompt"]), add_generation_prompt=True, tokenize=False)
         n = len(tok(prompt + r["worked_solution"])["input_ids"]) + 1
         if n <= max_length:
@@ -123,7 +131,7 @@ def train(model_dir, rows: list[dict], spec: SFTSpec, work_dir, probe_rows: list
     cuda = torch.cuda.is_available()
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    data = datasets.Dataset.from_list(sft_rows(rows, tok, spec.max_length))
+    data = datasets.Dataset.from_list(sft_rows(rows, tok, spec.max_length, limit=spec.steps * spec.batch_size))
     args = SFTConfig(
         output_dir=str(work_dir), max_steps=spec.steps, learning_rate=spec.learning_rate,
         per_device_train_batch_size=spec.rows_per_forward, max_length=spec.max_length,
