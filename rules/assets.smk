@@ -42,13 +42,14 @@ rule learnable_dataset:
         n=CFG["warmstart"]["n_train"],
         n_test=CFG["warmstart"]["n_test"],
         seed=CFG["warmstart"]["data_seed"],
+        slip_rate=CFG["warmstart"]["slip_rate"],
     log:
         "results/logs/assets/dataset-learnable.log",
     conda:
         "../envs/core.yaml"
     shell:
         "python -m rollout_bench assets learnable --out {output} --n {params.n} --n-test {params.n_test} "
-        "--seed {params.seed} > {log} 2>&1"
+        "--seed {params.seed} --slip-rate {params.slip_rate} > {log} 2>&1"
 
 
 rule model:

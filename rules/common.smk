@@ -158,7 +158,7 @@ def train_sources(wc):
 
 
 def train_workload(wc):
-    return rb_config.train_workload(CFG, model_source(wc.model), wc.backend, int(wc.seed))
+    return rb_config.train_workload(CFG, model_source(wc.model), wc.backend, *rb_config.parse_seed(wc.seed))
 
 
 def train_path(model_slug, backend, seed):

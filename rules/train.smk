@@ -4,7 +4,7 @@
 
 wildcard_constraints:
     steps=r"\d+",
-    seed=r"\d+",
+    seed=r"\d+(-frozen)?",  # -frozen: the reference's control at learning rate 0 (train.frozen_control)
 
 
 rule train:
@@ -43,6 +43,7 @@ rule train:
 rule band:
     input:
         refs=lambda wc: [train_path(wc.model, wc.ref, s) for s in CFG["train"]["seeds"]],
+        control=lambda wc: rb_config.control_paths(CFG, model_source(wc.model)),
         code=code("grpo.cli:_band"),
     output:
         "results/band/{model}/{ref}.json",
@@ -54,8 +55,8 @@ rule band:
     conda:
         "../envs/core.yaml"
     shell:
-        "python -m rollout_bench band --refs {input.refs} --window {params.window} --alpha {params.alpha} "
-        "--out {output} > {log} 2>&1"
+        "python -m rollout_bench band --refs {input.refs} --control {input.control} --window {params.window} "
+        "--alpha {params.alpha} --out {output} > {log} 2>&1"
 
 
 rule compare:

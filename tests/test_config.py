@@ -1,4 +1,5 @@
 import copy
+import json
 import re
 
 import pytest
@@ -241,12 +242,17 @@ def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
     assert warmstart.SFTSpec(**spec["sft"]) == warmstart.SFTSpec()
 
 
-def test_smoke_profile_trains_what_it_generates_with(raw):
+def test_smoke_profile_trains_a_tiny_model_vllm_takes_in_bf16(raw):
     cfg = resolve_with(raw, profile="smoke")
-    assert not cfg["train"]["warm"] and cfg["train"]["models"] == cfg["models"] and cfg["train"]["dataset"] == "synthetic"
+    # GRPO's colocated vLLM refuses qwen3-tiny's head_dim 16; the learner's shape is head_dim 64 in bf16
+    assert not cfg["train"]["warm"] and cfg["train"]["models"] == ["qwen3-tiny-hd64"] and cfg["train"]["dataset"] == "synthetic"
+    model_cfg = json.loads((ROOT / "config/models/qwen3-tiny-hd64.json").read_text())
+    assert model_cfg["head_dim"] == 64 and model_cfg["torch_dtype"] == "bfloat16"
+    assert config.train_workload(cfg, "qwen3-tiny-hd64", "vllm", 3407)["dtype"] == "bfloat16"
+    assert config.train_workload(cfg, "qwen3-tiny-hd64", "flex", 3407)["dataset"] == "synthetic"
+    assert any(j.frozen for j in config.train_jobs(cfg))  # the control's path runs too
     # its tiny warm start (the realistic case's) cannot do sums: its accuracy is recorded, not gated
     assert config.warmstart_spec(cfg, "qwen3-tiny")["gates"]["accuracy_band"] is None
-    assert config.train_workload(cfg, cfg["models"][0], "flex", 3407)["dataset"] == "synthetic"
 
 
 def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
@@ -267,8 +273,21 @@ def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     assert wl["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": 3407}
     assert (wl["num_generations"], wl["per_device_train_batch_size"]) == (8, 64) and wl["dtype"] == "bfloat16"
     jobs = config.train_jobs(cfg)
-    assert sorted(j.seed for j in jobs if j.backend == "hf_generate") == [3407, 3408, 3409]
+    assert sorted(j.seed for j in jobs if j.backend == "hf_generate" and not j.frozen) == [3407, 3408, 3409]
     assert {j.seed for j in jobs if j.backend != "hf_generate"} == {3407}
+    # the reference's frozen control: learning rate 0, same prompts (every run's prompt order is train.data_seed's)
+    frozen = [j for j in jobs if j.frozen]
+    assert [(j.backend, j.seed) for j in frozen] == [("hf_generate", 3407)]
+    assert frozen[0].path == "results/train/qwen3-small-warm/hf_generate/steps100-seed3407-frozen.json"
+    assert config.parse_seed("3407-frozen") == (3407, True) and config.parse_seed("3408") == (3408, False)
+    assert config.control_paths(cfg, "qwen3-small-warm") == [frozen[0].path]
+    ctrl = config.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3407, frozen=True)
+    ref = config.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3407)
+    assert (ctrl["learning_rate"], ctrl["frozen"], ref["learning_rate"], ref["frozen"]) == (0.0, True, 5e-4, False)
+    assert ctrl["data_seed"] == ref["data_seed"] == wl["data_seed"] == 3407
+    assert config.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3409)["data_seed"] == 3407
+    assert config.control_paths(resolve_with(raw, profile="gpu", profiles__gpu__train__frozen_control=False),
+                                "qwen3-small-warm") == []
     assert config.band_paths(cfg) == ["results/band/qwen3-small-warm/hf_generate.json"]
     # the learner is a key of its own: the gpu profile can train another model than it generates with
     other = resolve_with(raw, profile="gpu", profiles__gpu__train__models=["llama-3.2-3b-warm"])

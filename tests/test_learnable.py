@@ -92,3 +92,31 @@ def test_build_keeps_the_dapo_schema(tmp_path):
     test = dataset_assets.load(str(tmp_path / "d"), split="test")
     assert len(train) == 40 and len(test) == 8
     assert {"prompt", "solution", "worked_solution", "difficulty"} <= set(train.column_names)
+
+
+def test_slips_answer_the_value_before_the_last_event_and_leave_the_problems_alone():
+    clean, slipped = learnable.generate(2000, 3407), learnable.generate(2000, 3407, slip_rate=0.3)
+    fmt, _, answer, _ = rewards.build(EOS)
+    for a, b in zip(clean, slipped, strict=True):
+        assert (a["prompt"], a["solution"], a["difficulty"]) == (b["prompt"], b["solution"], b["difficulty"])
+        work_a, work_b = (r["worked_solution"].split(chat.SOLUTION_START)[0] for r in (a, b))
+        assert not a["slipped"] and work_a == work_b  # the working out is the same; only the answer may slip
+        assert _answer(a) == a["solution"] and (_answer(b) == b["solution"]) != b["slipped"]
+        text = b["worked_solution"] + EOS
+        assert fmt([text]) == [3.0]  # a slip keeps the format: only the answer is wrong
+        if b["slipped"]:
+            last = b["worked_solution"].split("\n")[-2]  # "n of n: a op k = c."
+            assert _answer(b) == re.search(r": (\d+) ", last).group(1) != b["solution"]
+            assert answer(None, [text], [b["solution"]]) != [5.0]
+    rate = np.mean([b["slipped"] for b in slipped])
+    assert 0.27 < rate < 0.33, rate
+
+
+def _answer(row) -> str:
+    return re.search(re.escape(chat.SOLUTION_START) + r"(\d+)", row["worked_solution"]).group(1)
+
+
+def test_build_writes_the_slip_rate_into_train_rows(tmp_path):
+    learnable.build(tmp_path / "d", 400, 8, 3, slip_rate=0.25)
+    train = dataset_assets.load(str(tmp_path / "d"))
+    assert 0.15 < np.mean(train["slipped"]) < 0.35

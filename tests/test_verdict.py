@@ -113,3 +113,32 @@ def test_no_band_without_two_good_reference_seeds(runs, why):
     assert b["status"] == "n/a" and b["reason"] == why
     v = verdict.verdict(b, rec(3, reward=[1.0, 2.0]))
     assert v["status"] == "n/a" and v["reason"] == f"no band: {why}"
+
+
+def test_learning_is_measured_against_the_frozen_control_on_the_same_prompts():
+    # the prompts' difficulty moves every run alike (same prompt order); the reference learns 0.2 a step on top
+    def run(seed, learns):
+        return rec(seed, reward=noisy(seed, lambda s: (-1) ** s * 2.0 + (RISE(s) if learns else 0.0), 0.3))
+
+    ref = [run(100 + i, learns=True) for i in range(3)]
+    frozen = run(9, learns=False)
+    frozen["workload"].update(seed=100, frozen=True)
+    b = verdict.band(ref, window=4, alpha=0.05, control=frozen)
+    g = b["learning"]["reward"]["over_control"]
+    assert b["control_seed"] == 100 and [w["steps"] for w in g["windows"]] == [[1, 4], [5, 8], [9, 12]]
+    assert g["windows"][0]["gain"] == pytest.approx(0.5, abs=0.4)  # 0.2 x mean step 2.5
+    assert g["gain"] == pytest.approx(2.1, abs=0.4) and g["learned"] and g["gain"] > g["half_width"]
+    # a reference that does not learn is no better than its control
+    flat = [run(100 + i, learns=False) for i in range(3)]
+    assert not verdict.band(flat, window=4, alpha=0.05, control=frozen)["learning"]["reward"]["over_control"]["learned"]
+    # no control, or a failed one: the rise alone
+    assert "over_control" not in verdict.band(ref, window=4, alpha=0.05)["learning"]["reward"]
+    broken = {**frozen, "status": "failed", "reason": "crashed"}
+    assert "over_control" not in verdict.band(ref, window=4, alpha=0.05, control=broken)["learning"]["reward"]
+
+
+def test_a_control_that_stopped_early_is_compared_on_the_windows_it_completed():
+    ref = refs(3)
+    frozen = rec(100, reward=noisy(9, lambda s: 0, 0.5, steps=6))
+    g = verdict.band(ref, window=4, alpha=0.05, control=frozen)["learning"]["reward"]["over_control"]
+    assert [w["steps"] for w in g["windows"]] == [[1, 4]] and g["last_steps"] == [1, 4]

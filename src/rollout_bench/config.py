@@ -377,21 +377,42 @@ class TrainJob:
     backend: str
     steps: int
     seed: int
+    frozen: bool = False  # the control: the reference at learning rate 0 (train.frozen_control)
 
     @property
     def path(self) -> str:
-        return train_path(self.model, self.backend, self.steps, self.seed)
+        return train_path(self.model, self.backend, self.steps, self.seed, self.frozen)
 
 
-def train_path(model: str, backend: str, steps: int, seed: int) -> str:
-    return f"results/train/{model_slug(model)}/{backend}/steps{steps}-seed{seed}.json"
+FROZEN = "-frozen"  # the control run's seed suffix in its path (and its rule's {seed} wildcard)
+
+
+def train_path(model: str, backend: str, steps: int, seed: int, frozen: bool = False) -> str:
+    return f"results/train/{model_slug(model)}/{backend}/steps{steps}-seed{seed}{FROZEN if frozen else ''}.json"
+
+
+def parse_seed(wildcard: str) -> tuple[int, bool]:
+    """A train path's seed wildcard ('3407' or '3407-frozen') -> (seed, frozen)."""
+    frozen = wildcard.endswith(FROZEN)
+    return int(wildcard.removesuffix(FROZEN)), frozen
+
+
+def control_paths(cfg: dict, model: str) -> list[str]:
+    """The frozen control of `model`'s reference (seed train.seeds[0]), when train.frozen_control is on."""
+    tr = cfg["train"]
+    return [train_path(model, tr["reference"], tr["steps"], tr["seeds"][0], frozen=True)] if tr["frozen_control"] \
+        else []
 
 
 def train_jobs(cfg: dict) -> list[TrainJob]:
-    """The reference backend runs every seed (its noise band, grpo/verdict.py); the others the first."""
+    """The reference backend runs every seed (its noise band, grpo/verdict.py), and its frozen control when
+    train.frozen_control is on; the others the first seed."""
     tr = cfg["train"]
-    return [TrainJob(m, b, tr["steps"], seed) for m in tr["models"] for b in cfg["train_backends"]
+    jobs = [TrainJob(m, b, tr["steps"], seed) for m in tr["models"] for b in cfg["train_backends"]
             for seed in (tr["seeds"] if b == tr["reference"] else tr["seeds"][:1])]
+    if tr["frozen_control"] and tr["reference"] in cfg["train_backends"]:
+        jobs += [TrainJob(m, tr["reference"], tr["steps"], tr["seeds"][0], frozen=True) for m in tr["models"]]
+    return jobs
 
 
 def compare_paths(cfg: dict) -> list[str]:
@@ -407,9 +428,10 @@ def band_paths(cfg: dict) -> list[str]:
     return [f"results/band/{model_slug(m)}/{cfg['train']['reference']}.json" for m in cfg["train"]["models"]]
 
 
-def train_workload(cfg: dict, model: str, backend: str, seed: int) -> dict:
+def train_workload(cfg: dict, model: str, backend: str, seed: int, frozen: bool = False) -> dict:
     """The resolved GRPO workload of one training job (grpo.config.TrainSpec reads it); `seed` seeds the
-    trainer (data order, init) and the sampler alike."""
+    trainer and the sampler, train.data_seed the prompt order (the same for every run). A frozen run is the
+    control: the same run at learning rate 0, the warm policy's own scores on the same prompts."""
     tr = cfg["train"]
     imp = tr["importance_sampling"]
     gpu = uses_gpu(cfg)
@@ -422,7 +444,9 @@ def train_workload(cfg: dict, model: str, backend: str, seed: int) -> dict:
         "num_generations": tr["num_generations"],
         "prompts_per_step": tr["prompts_per_step"],
         "per_device_train_batch_size": tr["prompts_per_step"] * tr["num_generations"],
-        "learning_rate": tr["learning_rate"],
+        "learning_rate": 0.0 if frozen else tr["learning_rate"],
+        "frozen": frozen,
+        "data_seed": tr["data_seed"],
         "sampling": Sampling.from_config(tr["sampling"], seed=seed).to_dict(),
         "sampling_preset": tr["sampling"] if isinstance(tr["sampling"], str) else None,
         "ignore_eos": False,

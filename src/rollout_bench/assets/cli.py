@@ -18,7 +18,7 @@ def _assets(a):
         model.build(a.config, a.out, a.tokenizer, a.seed)
     elif a.what == "learnable":
         from . import learnable
-        learnable.build(a.out, a.n, a.n_test, a.seed)
+        learnable.build(a.out, a.n, a.n_test, a.seed, a.slip_rate)
     elif a.what == "warmstart":
         from . import warmstart
         warmstart.build(a.model, a.dataset, a.out, *warmstart.specs(json.loads(a.spec)))
@@ -40,6 +40,7 @@ def add_commands(sub) -> None:
     p.add_argument("--config", help="model config JSON")
     p.add_argument("--tokenizer", help="tokenizer dir copied into the model dir")
     p.add_argument("--n-test", type=int, default=256, help="held-out problems (learnable)")
+    p.add_argument("--slip-rate", type=float, default=0.0, help="worked solutions whose answer slips (learnable)")
     p.add_argument("--model", help="model dir (lora, warmstart)")
     p.add_argument("--dataset", help="learnable dataset dir (warmstart)")
     p.add_argument("--spec", help="config.warmstart_spec JSON (warmstart)")

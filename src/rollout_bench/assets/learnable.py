@@ -6,7 +6,7 @@ events (graded difficulty: n has a long tail), and its worked solution walks the
 GRPO chat format: the working out, the end marker, the answer between the solution markers. The model's
 completion starts after the generation prompt's opening marker (chat.CHAT_TEMPLATE), so the worked
 solution does too; the trainer appends eos. Rows keep the DAPO schema (`prompt`, `solution`) so a hub
-dataset drops in; `worked_solution` and `difficulty` are extra columns.
+dataset drops in; `worked_solution`, `difficulty` and `slipped` are extra columns.
 """
 import random
 from pathlib import Path
@@ -51,14 +51,22 @@ def _step(rng: random.Random, value: int, item: str) -> tuple[str, str, int]:
                     f"{value} / {d} = {value // d}", value // d
 
 
-def problem(rng: random.Random) -> dict:
-    """One row: prompt (the problem), solution (the answer), worked_solution (the completion), difficulty."""
+def problem(rng: random.Random, slip_rate: float = 0.0) -> dict:
+    """One row: prompt (the problem), solution (the answer), worked_solution (the completion), difficulty.
+
+    With probability `slip_rate` the worked solution's answer is a slip: the value before the last event (the
+    last line's first operand) instead of its result. `solution` stays the true answer, so a model trained on
+    these rows answers wrong at about that rate when it samples and right when it decodes greedily: the
+    sharpening GRPO can find, as it does on a base model that knows the task but does not reliably finish it.
+    """
+    assert 0.0 <= slip_rate < 0.5, slip_rate  # at 0.5 or more the slip becomes the greedy answer
     item, place = rng.choice(_ITEMS), rng.choice(_PLACES)
     n = _events(rng)
     value = rng.randint(2, 99)
     text = [f"A {place} has {value} {item}. Then {n} {'thing happens' if n == 1 else 'things happen'}, in order."]
     work = [f"Start: {value}."]
     for i in range(1, n + 1):
+        before = value
         sentence, line, value = _step(rng, value, item)
         text.append(f"{i}. {sentence}")
         # "i of n": n is copied from the prompt, i counts up to it and names the prompt's line "i." to read; a
@@ -66,20 +74,24 @@ def problem(rng: random.Random) -> dict:
         # (results/published/h200x2-2026-12-01-warmstart-attempt3/cpu_ab_line_labels.*)
         work.append(f"{i} of {n}: {line}.")
     text.append(f"How many {item} does the {place} have at the end?")
-    worked = "\n".join(work) + f"\n{REASONING_END}{SOLUTION_START}{value}{SOLUTION_END}"
+    # drawn last, and from its own stream, so that the problems do not depend on the slip rate
+    slipped = random.Random(rng.random()).random() < slip_rate
+    answer = before if slipped else value
+    worked = "\n".join(work) + f"\n{REASONING_END}{SOLUTION_START}{answer}{SOLUTION_END}"
     return {"prompt": "\n".join(text), "solution": str(value), "worked_solution": worked,
-            "difficulty": n, "data_source": DATA_SOURCE}
+            "difficulty": n, "slipped": slipped, "data_source": DATA_SOURCE}
 
 
-def generate(n: int, seed: int) -> list[dict]:
+def generate(n: int, seed: int, slip_rate: float = 0.0) -> list[dict]:
     rng = random.Random(seed)
-    return [problem(rng) for _ in range(n)]
+    return [problem(rng, slip_rate) for _ in range(n)]
 
 
-def split(n_train: int, n_test: int, seed: int) -> tuple[list[dict], list[dict]]:
-    """Train and held-out rows from one stream; a test problem whose text is also in train is dropped."""
+def split(n_train: int, n_test: int, seed: int, slip_rate: float = 0.0) -> tuple[list[dict], list[dict]]:
+    """Train and held-out rows from one stream; a test problem whose text is also in train is dropped. Only
+    the train rows' worked solutions are ever demonstrated (the gates read a held-out row's prompt and answer)."""
     assert n_train > 0 and n_test > 0
-    rows = generate(n_train + 2 * n_test, seed)
+    rows = generate(n_train + 2 * n_test, seed, slip_rate)
     train = rows[:n_train]
     seen = {r["prompt"] for r in train}
     test = [r for r in rows[n_train:] if r["prompt"] not in seen][:n_test]
@@ -87,14 +99,14 @@ def split(n_train: int, n_test: int, seed: int) -> tuple[list[dict], list[dict]]
     return train, test
 
 
-def build(out_dir, n_train: int, n_test: int, seed: int) -> Path:
+def build(out_dir, n_train: int, n_test: int, seed: int, slip_rate: float = 0.0) -> Path:
     """`train.parquet` (GRPO and SFT) and `test.parquet` (held out, for the warm start's gates), atomically.
 
     `dataset.load(out_dir)` reads the train split; `dataset.load(out_dir, split="test")` the held-out one.
     """
     import pandas as pd
 
-    train, test = split(n_train, n_test, seed)
+    train, test = split(n_train, n_test, seed, slip_rate)
     with atomic.directory(out_dir) as tmp:
         pd.DataFrame(train).to_parquet(Path(tmp) / "train.parquet", index=False)
         pd.DataFrame(test).to_parquet(Path(tmp) / "test.parquet", index=False)

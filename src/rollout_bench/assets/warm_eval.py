@@ -127,14 +127,18 @@ def evaluate(model_dir, rows: list[dict], spec: EvalSpec) -> dict:
 
     k = min(spec.group_prompts, len(rows))
     groups = _generate(model, tok, prompts[:k], spec, spec.group_size, sample=True)
-    stds = []
+    stds, right = [], []
     for group, true in zip(groups, answers[:k], strict=True):
         texts = [c.text for c in group]
+        kw = dict(prompts=[None] * len(texts), completions=texts, answer=[true] * len(texts))
         # TRL's GRPO reward: the sum of the reward functions (unit weights)
-        total = np.sum([f(prompts=[None] * len(texts), completions=texts, answer=[true] * len(texts)) for f in fns],
-                       axis=0)  # [group_size]
-        stds.append(float(np.std(total)))
+        stds.append(float(np.std(np.sum([f(**kw) for f in fns], axis=0))))  # over the group_size samples
+        right.append([x == rewards.EXACT_ANSWER for x in answer_fn(**kw)])
+    # what GRPO can sharpen: the sampled accuracy below the greedy one, groups where some samples are right
     figures.update({"group_prompts": k, "group_size": spec.group_size,
                     "group_std_rate": float(np.mean([s > 0 for s in stds])),
-                    "group_reward_std_mean": float(np.mean(stds)), "eval": asdict(spec)})
+                    "group_reward_std_mean": float(np.mean(stds)),
+                    "sampled_accuracy": float(np.mean(right)),
+                    "group_answer_spread_rate": float(np.mean([0 < sum(g) < len(g) for g in right])),
+                    "eval": asdict(spec)})
     return figures

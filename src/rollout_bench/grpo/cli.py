@@ -19,7 +19,8 @@ def _band(a):
     from .. import stats as stats_contract
     from . import verdict
 
-    b = verdict.band([stats_contract.load(p) for p in a.refs], window=a.window, alpha=a.alpha)
+    b = verdict.band([stats_contract.load(p) for p in a.refs], window=a.window, alpha=a.alpha,
+                     control=stats_contract.load(a.control[0]) if a.control else None)
     atomic.write_json(a.out, b)
     print(json.dumps({"status": b["status"], "reason": b["reason"], "learning": b["learning"]}))
 
@@ -56,6 +57,8 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("band", help="the reference seeds' GRPO runs -> their noise band per window (band JSON)")
     p.add_argument("--refs", nargs="+", required=True)
+    p.add_argument("--control", nargs="*", default=[],
+                   help="the reference's frozen run (learning rate 0, same prompts): learning is measured against it")
     p.add_argument("--window", type=int, required=True)
     p.add_argument("--alpha", type=float, required=True)
     p.add_argument("--out", required=True)

@@ -28,6 +28,7 @@ class TrainSpec:
     beta: float = 0.04
     kl_reference: str = "base"  # "base" (adapters disabled) or "adapter" (frozen copy of the start); driver.load_policy
     seed: int = 3407
+    data_seed: int = 3407  # the prompt order, the same for every seed (config: train.data_seed)
     sampling: Sampling = field(default_factory=lambda: Sampling(**SAMPLING_PRESETS["equivalence"]))
     lora_rank: int = 32
     lora_alpha: int = 64
@@ -99,7 +100,9 @@ def grpo_config(spec: TrainSpec, backend: str, *, max_steps: int, output_dir: st
         output_dir=output_dir,
         max_steps=max_steps,
         seed=spec.seed,
-        data_seed=spec.seed,
+        data_seed=spec.data_seed,
+        # data.load shuffled the prompts once with data_seed; TRL's sampler would reshuffle them with `seed`
+        shuffle_dataset=False,
         learning_rate=spec.learning_rate,
         weight_decay=spec.weight_decay,
         warmup_steps=spec.warmup_ratio,  # transformers 5: a float below 1 is a ratio of the total steps

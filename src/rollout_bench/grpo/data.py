@@ -5,8 +5,9 @@ from ..assets import chat
 from ..assets import dataset as dataset_assets
 
 
-def load(source, tokenizer, quantile: float, limit: int | None = None):
-    """-> (dataset with `prompt` messages and `answer`, longest kept prompt in tokens).
+def load(source, tokenizer, quantile: float, limit: int | None = None, shuffle_seed: int | None = None):
+    """-> (dataset with `prompt` messages and `answer`, longest kept prompt in tokens), in the order of
+    `shuffle_seed` (None: as stored).
 
     The seed keeps only prompts up to the `quantile` of templated lengths, so the long tail does
     not set the padding width of every batch.
@@ -20,4 +21,5 @@ def load(source, tokenizer, quantile: float, limit: int | None = None):
     lengths = np.array([len(x) for x in ids])
     cutoff = int(np.quantile(lengths, quantile))
     keep = [i for i, n in enumerate(lengths) if n <= cutoff]
-    return ds.select(keep), cutoff
+    ds = ds.select(keep)
+    return (ds if shuffle_seed is None else ds.shuffle(seed=shuffle_seed).flatten_indices()), cutoff

@@ -189,7 +189,8 @@ def load_data(backend: str, spec: TrainSpec, model_dir: str, dataset_dir: str, d
     """-> (spec, tokenizer, train dataset, max prompt tokens); on CPU, transformers_cb's spec gets a
     continuous-batching config sized to the prompts."""
     tok = load_tokenizer(model_dir)
-    train_ds, max_prompt_len = data.load(dataset_dir, tok, spec.prompt_quantile, limit=dataset_limit)
+    train_ds, max_prompt_len = data.load(dataset_dir, tok, spec.prompt_quantile, limit=dataset_limit,
+                                         shuffle_seed=spec.data_seed)
     if backend == "transformers_cb" and spec.device == "cpu" and "continuous_batching" not in spec.options:
         spec = dataclasses.replace(spec, options={**spec.options,
                                                   "continuous_batching": cpu_cb_config(spec, max_prompt_len)})

@@ -29,6 +29,11 @@ CHART_METRICS = {"reward": "mean reward", "accuracy": "answer accuracy", "kl": "
                  "step_wall_s": "step wall (s)"}
 
 
+def backend_label(r: dict) -> str:
+    """The backend, marked when the run is the frozen control (learning rate 0: train.frozen_control)."""
+    return f"{r['backend']} (frozen)" if (r.get("workload") or {}).get("frozen") else r["backend"]
+
+
 def _fmt(v, spec=".3g"):
     return "" if v is None or (isinstance(v, float) and v != v) else format(v, spec)
 
@@ -47,7 +52,21 @@ def learning_lines(band_paths) -> list[str]:
             f"band ± {_fmt(x['band_half_width'])})"
             for name, x in b["learning"].items()) or "one window: no rise measured"
         lines.append(f"{head}, windows of {b['window']} steps, alpha {b['alpha']}: {rise}")
+        gains = [(name, x["over_control"]) for name, x in b["learning"].items() if x.get("over_control")]
+        if gains:
+            lines.append(f"  - over the frozen control (seed {b.get('control_seed')}, learning rate 0, same prompts): "
+                         + "; ".join(_gain(name, g) for name, g in gains))
     return lines
+
+
+def _gain(name: str, g: dict) -> str:
+    """'accuracy @ steps 31-40: +0.12 ± 0.02 over 0.30 (band ± 0.05): learned'"""
+    w = g["windows"][-1]
+    first = g["windows"][0]
+    verdict = "learned" if g["learned"] else "not beyond the band"
+    return (f"{name} @ steps {w['steps'][0]}-{w['steps'][1]}: {w['gain']:+.3g} ± {_fmt(w['sd'])} over "
+            f"{_fmt(w['control'])} (band ± {_fmt(w['half_width'])}; steps {first['steps'][0]}-{first['steps'][1]}: "
+            f"{first['gain']:+.3g}): {verdict}")
 
 
 def _band_cell(r: dict) -> str:
@@ -156,12 +175,13 @@ def training_table(stats_paths) -> str:
               "trainer logprob| per completion token, of the mean weight the correction put on each token's policy "
               "loss (1 = unchanged) and of the tokens it zeroed, and of the mean log sequence ratio (the sum of the "
               "per-token log ratios over a completion: a sequence mode's weight is its exponential). The reference "
-              "backend runs once per seed (train.seeds)."), "",
+              "backend runs once per seed (train.seeds); `(frozen)` is its control, the same run at learning rate 0 "
+              "(train.frozen_control)."), "",
              (f"| model | backend | seed | status | steps | median step s | train wall s | peak alloc GB | optimizer "
               f"| IS correction | {phase_cols} |"),
              "|---|---|--:|---|--:|--:|--:|--:|---|---|" + "--:|" * len(PHASES)]
-    for r in sorted(recs, key=lambda r: (r["model"], r["backend"], _seed(r) or 0)):
-        head = f"| {r['model']} | {r['backend']} | {_fmt(_seed(r), 'd')} "
+    for r in sorted(recs, key=lambda r: (r["model"], backend_label(r), _seed(r) or 0)):
+        head = f"| {r['model']} | {backend_label(r)} | {_fmt(_seed(r), 'd')} "
         if r["status"] != "ok":
             lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (7 + len(PHASES)))
             continue
@@ -182,7 +202,7 @@ def trajectory_frame(stats_paths) -> pd.DataFrame:
         for s in r["steps"]:
             for m in CHART_METRICS:
                 if s.get(m) is not None:
-                    rows.append({"model": r["model"], "backend": r["backend"], "seed": _seed(r), "step": s["step"],
+                    rows.append({"model": r["model"], "backend": backend_label(r), "seed": _seed(r), "step": s["step"],
                                  "metric": m, "value": s[m]})
     return pd.DataFrame(rows, columns=["model", "backend", "seed", "step", "metric", "value"])
 

@@ -102,8 +102,9 @@ def _rate_floor(p: float, n: float) -> float:
     return q * (1 - q) / n
 
 
-def band(refs: list[dict], *, window: int, alpha: float) -> dict:
-    """The reference seeds' band per metric and window, and how much the reference learned (first vs last window)."""
+def band(refs: list[dict], *, window: int, alpha: float, control: dict | None = None) -> dict:
+    """The reference seeds' band per metric and window, and how much the reference learned: first vs last
+    window, and each window against `control` (the reference at learning rate 0 on the same prompts) when given."""
     assert 0 < alpha < 1, alpha
     out = {"status": "ok", "reason": None, "window": window, "alpha": alpha,
            "ref_backend": refs[0]["backend"] if refs else None, "model": refs[0]["model"] if refs else None,
@@ -135,14 +136,21 @@ def band(refs: list[dict], *, window: int, alpha: float) -> dict:
             rows.append({"steps": row["steps"], "centre": row["centre"], "lo": row["centre"] - half,
                          "hi": row["centre"] + half, "half_width": half, "runs": row["runs"]})
         metrics[name] = {"windows": rows, "t": t, "df": b["df"], "sd_step": b["sd_step"], "sd_window": b["sd_window"]}
+    if control is not None and control["status"] != "ok":
+        control = None  # a failed control measures nothing; the band stands without it
     out.update(metrics=metrics, not_logged=sorted(set(METRICS) - set(banded)), n_tests=n_tests,
-               learning=learning(metrics))
+               learning=learning(metrics, control), control_seed=_seed(control) if control else None)
     return out
 
 
-def learning(metrics: dict) -> dict:
+def learning(metrics: dict, control: dict | None = None) -> dict:
     """Per LEARNING metric: the seeds' mean in the first and last window, the mean rise, its sd over seeds, and
-    the last window's band half-width (how far a further run of the reference may land)."""
+    the last window's band half-width (how far a further run of the reference may land).
+
+    The rise mixes learning with the windows' prompts (a later window may be easier). With `control`, the frozen
+    reference on the same prompts, each window also gets the gain over it, and `learned` says whether the last
+    complete window's gain is beyond the band's half-width: the gain's noise is one reference run's against the
+    seeds' mean, the band's spread sqrt(1 + 1/k) (at its Bonferroni quantile, so the test is conservative)."""
     out = {}
     for name in LEARNING:
         rows = (metrics.get(name) or {}).get("windows") or []
@@ -153,7 +161,28 @@ def learning(metrics: dict) -> dict:
         out[name] = {"first_steps": first["steps"], "last_steps": last["steps"], "first": first["centre"],
                      "last": last["centre"], "rise": statistics.fmean(deltas), "sd": statistics.stdev(deltas),
                      "band_half_width": last["half_width"]}
+        if control is not None:
+            out[name]["over_control"] = over_control(rows, values(control, METRICS[name]))
     return out
+
+
+def over_control(rows: list[dict], ctrl: dict[int, float]) -> dict | None:
+    """The band's windows against the frozen run's means over the same steps: per window the gain (seeds' mean
+    minus control) and its sd over seeds; `learned` on the last window the control ran completely."""
+    gains = []
+    for row in rows:
+        lo, hi = row["steps"]
+        ws = [s for s in range(lo, hi + 1) if s in ctrl]
+        if len(ws) < hi - lo + 1:
+            continue
+        c = statistics.fmean(ctrl[s] for s in ws)
+        gains.append({"steps": row["steps"], "control": c, "gain": row["centre"] - c,
+                      "sd": statistics.stdev(r - c for r in row["runs"]), "half_width": row["half_width"]})
+    if not gains:
+        return None
+    last = gains[-1]
+    return {"windows": gains, "last_steps": last["steps"], "gain": last["gain"], "half_width": last["half_width"],
+            "learned": last["gain"] > last["half_width"]}
 
 
 def verdict(b: dict, cand: dict) -> dict:
