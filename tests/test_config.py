@@ -268,6 +268,8 @@ def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     assert not learner["sft"]["gradient_checkpointing"] and speed["sft"]["gradient_checkpointing"]
     tr = cfg["train"]
     assert tr["models"] == ["qwen3-small-warm"] and tr["dataset"] == "learnable" and tr["max_wall_s"]
+    # the learner's worked solutions slip (GRPO's room to sharpen); the CPU tiny models', which cannot do sums, do not
+    assert cfg["warmstart"]["slip_rate"] == 0.3 and resolve_with(raw)["warmstart"]["slip_rate"] == 0.0
     assert "qwen3-4b-warm" in config.all_models(cfg) and "qwen3-small-warm" in config.all_models(cfg)
     wl = config.train_workload(cfg, "qwen3-small-warm", "vllm", 3407)
     assert wl["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": 3407}
