@@ -249,6 +249,8 @@ def test_smoke_profile_trains_a_tiny_model_vllm_takes_in_bf16(raw):
     model_cfg = json.loads((ROOT / "config/models/qwen3-tiny-hd64.json").read_text())
     assert model_cfg["head_dim"] == 64 and model_cfg["torch_dtype"] == "bfloat16"
     assert config.train_workload(cfg, "qwen3-tiny-hd64", "vllm", 3407)["dtype"] == "bfloat16"
+    # vLLM's max_model_len is the longest prompt plus this: at 16 or 64 new tokens FlashAttention-3 crashed at start-up
+    assert config.train_workload(cfg, "qwen3-tiny-hd64", "vllm", 3407)["max_new_tokens"] == 512
     assert config.train_workload(cfg, "qwen3-tiny-hd64", "flex", 3407)["dataset"] == "synthetic"
     assert any(j.frozen for j in config.train_jobs(cfg))  # the control's path runs too
     # its tiny warm start (the realistic case's) cannot do sums: its accuracy is recorded, not gated
@@ -285,7 +287,7 @@ def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     assert config.control_paths(cfg, "qwen3-small-warm") == [frozen[0].path]
     ctrl = config.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3407, frozen=True)
     ref = config.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3407)
-    assert (ctrl["learning_rate"], ctrl["frozen"], ref["learning_rate"], ref["frozen"]) == (0.0, True, 5e-4, False)
+    assert (ctrl["learning_rate"], ctrl["frozen"], ref["learning_rate"], ref["frozen"]) == (0.0, True, 1e-3, False)
     assert ctrl["data_seed"] == ref["data_seed"] == wl["data_seed"] == 3407
     assert config.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3409)["data_seed"] == 3407
     assert config.control_paths(resolve_with(raw, profile="gpu", profiles__gpu__train__frozen_control=False),
