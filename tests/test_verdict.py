@@ -142,3 +142,36 @@ def test_a_control_that_stopped_early_is_compared_on_the_windows_it_completed():
     frozen = rec(100, reward=noisy(9, lambda s: 0, 0.5, steps=6))
     g = verdict.band(ref, window=4, alpha=0.05, control=frozen)["learning"]["reward"]["over_control"]
     assert [w["steps"] for w in g["windows"]] == [[1, 4]] and g["last_steps"] == [1, 4]
+
+
+def test_learned_is_read_on_the_last_complete_window_not_a_short_tail():
+    # the seeds stopped at 10, 11 and 12 steps (a wall budget): the band's last window is steps 9-10, 2 of 4
+    def run(seed, steps, learns, tail=0.0):
+        # learns 0.5 a step from step 1; the short tail (steps 9-10) is where a learner would look flat
+        return rec(seed, reward=[(0.5 * s if learns else 0.0) + (tail if s > 8 else 0.0)
+                                 + random.Random(seed * 100 + s).gauss(0, 0.05) for s in range(1, steps + 1)])
+
+    ref = [run(100, 10, True, tail=-6.0), run(101, 11, True, tail=-6.0), run(102, 12, True, tail=-6.0)]
+    frozen = run(9, 12, False)
+    frozen["workload"].update(seed=100, frozen=True)
+    g = verdict.band(ref, window=4, alpha=0.05, control=frozen)["learning"]["reward"]["over_control"]
+    assert [(w["steps"], w["complete"]) for w in g["windows"]] == [([1, 4], True), ([5, 8], True), ([9, 10], False)]
+    # steps 5-8 decide (+3.25 against a narrow band), not the two-step tail, where the gain fell to ~ -1.25
+    assert g["last_steps"] == [5, 8] and g["gain"] == pytest.approx(3.25, abs=0.2) and g["learned"]
+    # no complete window: no verdict, rather than one on a fragment
+    row = {"steps": [1, 3], "centre": 2.0, "runs": [1.9, 2.0, 2.1], "half_width": 0.5}
+    assert verdict.over_control([row], {1: 0.0, 2: 0.0, 3: 0.0}, window=4)["learned"] is None
+
+
+def test_a_failed_control_is_named_in_the_band_and_its_report(tmp_path):
+    import json
+
+    from rollout_bench.grpo import report
+
+    frozen = {**rec(100, reward=[0.0] * 12), "status": "failed", "reason": "crashed at step 3"}
+    b = verdict.band(refs(3), window=4, alpha=0.05, control=frozen)
+    assert b["control"] == {"status": "failed", "reason": "crashed at step 3"} and b["control_seed"] is None
+    assert verdict.band(refs(3), window=4, alpha=0.05)["control"] is None
+    (tmp_path / "band.json").write_text(json.dumps(b))
+    lines = report.learning_lines([tmp_path / "band.json"])
+    assert any("the frozen control did not run: failed (crashed at step 3)" in line for line in lines)

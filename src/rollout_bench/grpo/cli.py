@@ -19,6 +19,8 @@ def _band(a):
     from .. import stats as stats_contract
     from . import verdict
 
+    if len(a.control) > 1:  # nargs="*" so that a profile without a control passes none
+        raise SystemExit(f"--control takes the one frozen control's stats, got {len(a.control)}: {a.control}")
     b = verdict.band([stats_contract.load(p) for p in a.refs], window=a.window, alpha=a.alpha,
                      control=stats_contract.load(a.control[0]) if a.control else None)
     atomic.write_json(a.out, b)

@@ -56,17 +56,23 @@ def learning_lines(band_paths) -> list[str]:
         if gains:
             lines.append(f"  - over the frozen control (seed {b.get('control_seed')}, learning rate 0, same prompts): "
                          + "; ".join(_gain(name, g) for name, g in gains))
+        ctrl = b.get("control")
+        if ctrl and ctrl["status"] != "ok":
+            lines.append(f"  - the frozen control did not run: {ctrl['status']} ({ctrl['reason']}), so no gain "
+                         f"over it")
     return lines
 
 
 def _gain(name: str, g: dict) -> str:
-    """'accuracy @ steps 31-40: +0.12 ± 0.02 over 0.30 (band ± 0.05): learned'"""
-    w = g["windows"][-1]
+    """'accuracy @ steps 31-40: +0.12 ± 0.02 sd over seeds, over 0.30 (band ± 0.05; steps 1-10: +0.01): learned'"""
     first = g["windows"][0]
+    if g.get("learned") is None:
+        return f"{name}: no complete window of the control's steps, no verdict"
+    w = next(x for x in g["windows"] if x["steps"] == g["last_steps"])
     verdict = "learned" if g["learned"] else "not beyond the band"
-    return (f"{name} @ steps {w['steps'][0]}-{w['steps'][1]}: {w['gain']:+.3g} ± {_fmt(w['sd'])} over "
-            f"{_fmt(w['control'])} (band ± {_fmt(w['half_width'])}; steps {first['steps'][0]}-{first['steps'][1]}: "
-            f"{first['gain']:+.3g}): {verdict}")
+    return (f"{name} @ steps {w['steps'][0]}-{w['steps'][1]}: {w['gain']:+.3g} ± {_fmt(w['sd'])} sd over seeds, "
+            f"over {_fmt(w['control'])} (band ± {_fmt(w['half_width'])}; steps {first['steps'][0]}-"
+            f"{first['steps'][1]}: {first['gain']:+.3g}): {verdict}")
 
 
 def _band_cell(r: dict) -> str:

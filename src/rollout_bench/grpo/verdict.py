@@ -136,21 +136,25 @@ def band(refs: list[dict], *, window: int, alpha: float, control: dict | None = 
             rows.append({"steps": row["steps"], "centre": row["centre"], "lo": row["centre"] - half,
                          "hi": row["centre"] + half, "half_width": half, "runs": row["runs"]})
         metrics[name] = {"windows": rows, "t": t, "df": b["df"], "sd_step": b["sd_step"], "sd_window": b["sd_window"]}
+    ctrl_status = None if control is None else {"status": control["status"], "reason": control["reason"]}
     if control is not None and control["status"] != "ok":
-        control = None  # a failed control measures nothing; the band stands without it
+        control = None  # a failed control measures nothing; the band stands without it, and says so
     out.update(metrics=metrics, not_logged=sorted(set(METRICS) - set(banded)), n_tests=n_tests,
-               learning=learning(metrics, control), control_seed=_seed(control) if control else None)
+               learning=learning(metrics, control, window), control_seed=_seed(control) if control else None,
+               control=ctrl_status)
     return out
 
 
-def learning(metrics: dict, control: dict | None = None) -> dict:
+def learning(metrics: dict, control: dict | None = None, window: int | None = None) -> dict:
     """Per LEARNING metric: the seeds' mean in the first and last window, the mean rise, its sd over seeds, and
     the last window's band half-width (how far a further run of the reference may land).
 
     The rise mixes learning with the windows' prompts (a later window may be easier). With `control`, the frozen
     reference on the same prompts, each window also gets the gain over it, and `learned` says whether the last
-    complete window's gain is beyond the band's half-width: the gain's noise is one reference run's against the
-    seeds' mean, the band's spread sqrt(1 + 1/k) (at its Bonferroni quantile, so the test is conservative)."""
+    complete window's gain (`window` steps, all of which the control ran) is beyond the band's half-width: the
+    gain's noise is one reference run's against the seeds' mean, the band's spread sqrt(1 + 1/k) (at its
+    Bonferroni quantile, so the test is conservative). The control shares the first seed's sampler seed (the same
+    run at learning rate 0), so its noise is not independent of that seed's: that too errs conservative."""
     out = {}
     for name in LEARNING:
         rows = (metrics.get(name) or {}).get("windows") or []
@@ -162,13 +166,15 @@ def learning(metrics: dict, control: dict | None = None) -> dict:
                      "last": last["centre"], "rise": statistics.fmean(deltas), "sd": statistics.stdev(deltas),
                      "band_half_width": last["half_width"]}
         if control is not None:
-            out[name]["over_control"] = over_control(rows, values(control, METRICS[name]))
+            out[name]["over_control"] = over_control(rows, values(control, METRICS[name]), window)
     return out
 
 
-def over_control(rows: list[dict], ctrl: dict[int, float]) -> dict | None:
+def over_control(rows: list[dict], ctrl: dict[int, float], window: int | None = None) -> dict | None:
     """The band's windows against the frozen run's means over the same steps: per window the gain (seeds' mean
-    minus control) and its sd over seeds; `learned` on the last window the control ran completely."""
+    minus control) and its sd over seeds; `learned` on the last complete window: `window` steps (the band's last
+    window is cut short where the seeds stopped; 6 steps of 10 decided the verdict so on 2026-12-02), all of
+    which the control ran. None where no window is complete."""
     gains = []
     for row in rows:
         lo, hi = row["steps"]
@@ -177,10 +183,14 @@ def over_control(rows: list[dict], ctrl: dict[int, float]) -> dict | None:
             continue
         c = statistics.fmean(ctrl[s] for s in ws)
         gains.append({"steps": row["steps"], "control": c, "gain": row["centre"] - c,
-                      "sd": statistics.stdev(r - c for r in row["runs"]), "half_width": row["half_width"]})
+                      "sd": statistics.stdev(r - c for r in row["runs"]), "half_width": row["half_width"],
+                      "complete": window is None or hi - lo + 1 == window})
     if not gains:
         return None
-    last = gains[-1]
+    full = [g for g in gains if g["complete"]]
+    if not full:
+        return {"windows": gains, "last_steps": None, "gain": None, "half_width": None, "learned": None}
+    last = full[-1]
     return {"windows": gains, "last_steps": last["steps"], "gain": last["gain"], "half_width": last["half_width"],
             "learned": last["gain"] > last["half_width"]}
 
