@@ -93,14 +93,16 @@ def test_flex_as_it_is_is_equivalent(runs):
 
 
 def test_a_rollout_that_drops_eos_is_not_equivalent(runs):
-    """Every completion ends without its stop token: TRL reads all of them as truncated."""
+    """Every completion but a bare stop token ends without it: TRL reads them as truncated."""
     res = runs["flex_no_eos"]
     assert not res["equivalent"]
     check = res["gate"]["checks"]["completion_ends"]
     assert not check["ok"] and "cand: at steps [1, 2, 3, 4, 5, 6, 7, 8] up to 100% of completions" in check["detail"]
-    # and the band: the truncated fraction, 1 at every step, is far above what the reference's seeds spread over
+    # and the band: the truncated fraction, ~1 in every window, is far above what the reference's seeds spread over
+    # (a completion that is the stop token alone keeps it: one of 16 in steps 3-4 here, 0.938)
     out = [e for e in res["band"]["excursions"] if e["metric"] == "truncated"]
-    assert res["band"]["status"] == "outside" and out and all(e["value"] == 1.0 and e["by"] > 0 for e in out)
+    assert res["band"]["status"] == "outside" and len(out) == STEPS // WINDOW
+    assert all(e["value"] >= 0.9 and e["by"] > 0 for e in out), out
     row = next(line for line in report.equivalence_table([runs["dir"] / "compare_flex_no_eos.json"],
                                                          [runs["band"]]).splitlines() if "| flex |" in line)
     assert "| NO | OUT (" in row and "truncated @ steps 1-2: 1, " in row and " above [" in row
