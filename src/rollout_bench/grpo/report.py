@@ -66,8 +66,6 @@ def learning_lines(band_paths) -> list[str]:
 def _gain(name: str, g: dict) -> str:
     """'accuracy @ steps 31-40: +0.12 ± 0.02 sd over seeds, over 0.30 (band ± 0.05; steps 1-10: +0.01): learned'"""
     first = g["windows"][0]
-    if g.get("learned") is None:
-        return f"{name}: no complete window of the control's steps, no verdict"
     w = next(x for x in g["windows"] if x["steps"] == g["last_steps"])
     verdict = "learned" if g["learned"] else "not beyond the band"
     return (f"{name} @ steps {w['steps'][0]}-{w['steps'][1]}: {w['gain']:+.3g} ± {_fmt(w['sd'])} sd over seeds, "

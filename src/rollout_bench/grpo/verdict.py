@@ -140,12 +140,12 @@ def band(refs: list[dict], *, window: int, alpha: float, control: dict | None = 
     if control is not None and control["status"] != "ok":
         control = None  # a failed control measures nothing; the band stands without it, and says so
     out.update(metrics=metrics, not_logged=sorted(set(METRICS) - set(banded)), n_tests=n_tests,
-               learning=learning(metrics, control, window), control_seed=_seed(control) if control else None,
+               learning=learning(metrics, window, control), control_seed=_seed(control) if control else None,
                control=ctrl_status)
     return out
 
 
-def learning(metrics: dict, control: dict | None = None, window: int | None = None) -> dict:
+def learning(metrics: dict, window: int, control: dict | None = None) -> dict:
     """Per LEARNING metric: the seeds' mean in the first and last window, the mean rise, its sd over seeds, and
     the last window's band half-width (how far a further run of the reference may land).
 
@@ -170,11 +170,12 @@ def learning(metrics: dict, control: dict | None = None, window: int | None = No
     return out
 
 
-def over_control(rows: list[dict], ctrl: dict[int, float], window: int | None = None) -> dict | None:
+def over_control(rows: list[dict], ctrl: dict[int, float], window: int) -> dict | None:
     """The band's windows against the frozen run's means over the same steps: per window the gain (seeds' mean
     minus control) and its sd over seeds; `learned` on the last complete window: `window` steps (the band's last
     window is cut short where the seeds stopped; 6 steps of 10 decided the verdict so on 2026-12-02), all of
-    which the control ran. None where no window is complete."""
+    which the control ran. None where none is (under `learning`, which needs two windows or more, the first
+    is complete, so None means the control stopped inside it)."""
     gains = []
     for row in rows:
         lo, hi = row["steps"]
@@ -184,12 +185,10 @@ def over_control(rows: list[dict], ctrl: dict[int, float], window: int | None = 
         c = statistics.fmean(ctrl[s] for s in ws)
         gains.append({"steps": row["steps"], "control": c, "gain": row["centre"] - c,
                       "sd": statistics.stdev(r - c for r in row["runs"]), "half_width": row["half_width"],
-                      "complete": window is None or hi - lo + 1 == window})
-    if not gains:
-        return None
+                      "complete": hi - lo + 1 == window})
     full = [g for g in gains if g["complete"]]
     if not full:
-        return {"windows": gains, "last_steps": None, "gain": None, "half_width": None, "learned": None}
+        return None
     last = full[-1]
     return {"windows": gains, "last_steps": last["steps"], "gain": last["gain"], "half_width": last["half_width"],
             "learned": last["gain"] > last["half_width"]}
