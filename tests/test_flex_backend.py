@@ -51,6 +51,28 @@ def test_matches_hf_generate(dirs, variant, lora):
     gen.close()
 
 
+def test_last_round_reports_the_bytes_a_decode_read(dirs):
+    """The round's decode bandwidth is the engine's byte count over its decode time; off CUDA there is no copy
+    rate to set it against, so no fraction (rather than a made-up one)."""
+    gen = flex.load(spec(dirs[0]))
+    gen.generate(PROMPTS, 2)
+    last, bw = gen.last_call, gen.info()["bandwidth"]
+    weights = gen.engine.step_weight_bytes
+    assert last["decode_gb"] * 1e9 > last["decode_steps"] * weights * 0.999  # at least the weights every step
+    assert last["decode_gb_per_s"] == pytest.approx(last["decode_gb"] / last["decode_s"], rel=0.01)
+    assert bw["decode_gb_per_s"] == last["decode_gb_per_s"] and bw["weights_gb_per_step"] == round(weights / 1e9, 3)
+    assert bw["copy_gb_per_s"] is None and bw["of_copy_rate"] is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_copy_rate_is_measured_on_the_gpu():
+    from rollout_bench import copy_rate
+
+    gbps = copy_rate.measure("cuda", gib=0.5)
+    assert 100 < gbps < 20_000, gbps  # an H200 copies at ~4,300 GB/s (read + write)
+
+
 def test_options_override_engine_config(dirs):
     s = spec(dirs[0], options={"page_size": 32, "decode_chunk": 2, "num_pages": 9})
     cfg = flex.engine_config(s)

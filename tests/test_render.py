@@ -49,3 +49,17 @@ def test_a_case_with_eos_on_shows_lengths_tail_and_occupancy():
     assert "| hf_generate | default | 8 | 80 | 100.0 | 61 | 140 | 100 % | 2.25 | — | 10.00 | ok |" in md
     greedy = md.split("### m — greedy")[1].split("###")[0]
     assert "(LoRA r=0" in greedy and "time to last" not in greedy
+
+
+def test_the_speed_table_shows_decode_bandwidth_where_the_engine_counts_its_bytes():
+    df = pd.DataFrame([
+        {**row("flex", "greedy", 64, 1500.0, variant="graphs"), "ignore_eos": True, "decode_gb_per_s": 3120.4,
+         "of_copy_rate": 0.726},
+        {**row("flex", "greedy", 8, 150.0, variant="eager"), "ignore_eos": True, "decode_gb_per_s": 12.0,
+         "of_copy_rate": None},  # on CPU: no copy rate measured, so no fraction
+        {**row("vllm", "greedy", 64, 1000.0), "ignore_eos": True, "decode_gb_per_s": None, "of_copy_rate": None},
+    ])
+    md = render.generation_table(df, "vllm")
+    assert "| flex | graphs | 64 | 1,500 | 1,500 | 150.0 | 3,120 (73%) | 10.00 |" in md
+    assert "| flex | eager | 8 | 150 | 150 |  | 12 | 10.00 |" in md
+    assert "| vllm | default | 64 | 1,000 | 1,000 | 100.0 |  | 10.00 |" in md

@@ -6,7 +6,7 @@ from . import atomic, stats
 GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generations", "lora_rank",
                "sampling", "status", "reason", "decode_tps", "decode_tps_best", "prompt_tps",
                "median_wall_s", "n_decoded_tokens", "ignore_eos", "len_p50", "len_p90", "eos_rate",
-               "time_to_last_s", "decode_occupancy", "peak_alloc_gb", "peak_reserved_gb", "setup_s",
+               "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb", "peak_reserved_gb", "setup_s",
                "rounds", "gpu_name", "gpu_ids", "torch", "transformers", "started_at", "path"]
 
 
@@ -16,6 +16,7 @@ def generation_row(rec: dict, path: str) -> dict:
     reserved = [v for k, v in peak.items() if k != "allocated" and isinstance(v, (int, float))]
     done = rec.get("completions") or {}
     lengths = done.get("completion_tokens") or {}
+    bandwidth = (rec.get("engine") or {}).get("bandwidth") or {}  # engines that count their bytes (flex)
     return {
         "model": rec["model"], "backend": rec["backend"], "variant": rec["variant"],
         "case": rec.get("case", ""), "batch_size": wl.get("batch_size"),
@@ -27,6 +28,7 @@ def generation_row(rec: dict, path: str) -> dict:
         "n_decoded_tokens": rec.get("n_decoded_tokens"), "ignore_eos": wl["ignore_eos"],
         "len_p50": lengths.get("p50"), "len_p90": lengths.get("p90"), "eos_rate": done.get("eos_rate"),
         "time_to_last_s": done.get("time_to_last_s"), "decode_occupancy": done.get("decode_occupancy"),
+        "decode_gb_per_s": bandwidth.get("decode_gb_per_s"), "of_copy_rate": bandwidth.get("of_copy_rate"),
         "peak_alloc_gb": peak.get("allocated"),
         "peak_reserved_gb": max(reserved) if reserved else None,
         "setup_s": rec.get("setup_s"), "rounds": len(rec.get("rounds", [])),

@@ -33,19 +33,30 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
             continue
         lines += [f"### {model} — {case} (LoRA r={first.lora_rank}, sampling {first.sampling}, "
                   f"n={first.num_generations})", "",
-                  f"| backend | variant | batch | decode tok/s | best tok/s | % of {reference} "
+                  f"| backend | variant | batch | decode tok/s | best tok/s | % of {reference} | decode GB/s (of copy) "
                   f"| peak alloc GB | peak reserved GB | setup s | status |",
-                  "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+                  "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
         for r in g.sort_values(["backend", "variant", "batch_size"]).itertuples():
             lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {_fmt(r.decode_tps)} "
-                         f"| {_fmt(r.decode_tps_best)} | {_fmt(r.pct_of_ref, '.1f')} "
+                         f"| {_fmt(r.decode_tps_best)} | {_fmt(r.pct_of_ref, '.1f')} | {_bandwidth(r)} "
                          f"| {_fmt(r.peak_alloc_gb, '.2f')} | {_fmt(r.peak_reserved_gb, '.2f')} "
                          f"| {_fmt(r.setup_s, '.1f')} | {_status(r)} |")
         lines.append("")
     hw = ", ".join(sorted(set(df.gpu_name.astype(str))))
-    lines.insert(0, f"Hardware: {hw}. Decode tok/s = decoded tokens / median round wall; "
-                    f"skipped and failed rows say why.\n")
+    lines.insert(0, f"Hardware: {hw}. Decode tok/s = decoded tokens / median round wall; decode GB/s = the weights "
+                    f"and K/V a decode step must read, over the last round's decode time, and its fraction of the "
+                    f"device's measured copy rate (engines that count their bytes); skipped and failed rows say "
+                    f"why.\n")
     return "\n".join(lines) + "\n"
+
+
+def _bandwidth(r) -> str:
+    """'3,120 (73%)'; the fraction only where the copy rate was measured (CUDA)."""
+    gbps = getattr(r, "decode_gb_per_s", None)
+    if gbps is None or pd.isna(gbps):
+        return ""
+    frac = getattr(r, "of_copy_rate", None)
+    return _fmt(gbps) + ("" if frac is None or pd.isna(frac) else f" ({frac:.0%})")
 
 
 def _status(r) -> str:

@@ -79,7 +79,18 @@ class Generator:
                 "fa4_prefill": "FLASH" if (why := self.engine.runner.fa4_reason) is None else f"triton ({why})",
                 # per head dim, the Triton tiles that replaced the ones asked for, to fit shared memory (smem.fit)
                 "kernel_tiles": self.engine.runner.kernel_tiles(),
-                "last_round": getattr(self, "last_call", None)}
+                "last_round": getattr(self, "last_call", None),
+                "bandwidth": self.bandwidth()}
+
+    def bandwidth(self) -> dict:
+        """The last round's decode bandwidth against this device's copy rate, measured after the timed rounds."""
+        from .. import copy_rate
+
+        last = getattr(self, "last_call", None) or {}
+        achieved, ceiling = last.get("decode_gb_per_s"), copy_rate.measure(self.engine.runner.device)
+        return {"decode_gb_per_s": achieved, "weights_gb_per_step": round(self.engine.step_weight_bytes / 1e9, 3),
+                "copy_gb_per_s": ceiling,
+                "of_copy_rate": round(achieved / ceiling, 3) if achieved and ceiling else None}
 
     def close(self):
         self.engine = None
@@ -100,6 +111,9 @@ def split(wall: float, d: dict) -> dict:
             "step_ms": round(1e3 * d["decode_s"] / steps, 4) if steps else None,
             # rows in flight per decode step (rows past an EOS within a chunk included: they were decoded)
             "rows_per_step": round(d["decode_rows"] / steps, 3) if steps else None,
+            # weights + K/V a decode must read (engine/traffic.py) over its wall: the achieved bandwidth
+            "decode_gb": round(d["decode_bytes"] / 1e9, 3),
+            "decode_gb_per_s": round(d["decode_bytes"] / 1e9 / d["decode_s"], 1) if d["decode_s"] else None,
             "host_other_s": round(wall - d["prefill_s"] - d["decode_s"], 4)}
 
 

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import torch
 
-from . import fused, sampler
+from . import fused, sampler, traffic
 from .config import EngineConfig
 from .lora import DoubleCopy, causal_lm, is_lora_layer, load_adapter
 from .model_runner import ModelRunner
@@ -63,7 +63,10 @@ class Engine:
         self.scheduler = Scheduler(config, self.runner.pages)
         # wall time by phase; both phases end in a host sync, so these are device times too
         self.timings = {"prefill_s": 0.0, "prefill_tokens": 0, "decode_s": 0.0, "decode_steps": 0,
-                        "decode_rows": 0, "decode_chunks": 0}
+                        "decode_rows": 0, "decode_chunks": 0, "decode_bytes": 0}
+        # what one decode step must read (traffic.py): the weights whole, and per cached token its K/V
+        self.step_weight_bytes = traffic.weight_bytes(self.model)
+        self.kv_token_bytes = traffic.kv_token_bytes(self.runner.kv.layers, [p.window for p in self.runner.plan])
         if self.lora and adapter:
             self.refresh_lora(adapter[1], adapter[2])
         if self.runner.graphs_on and config.capture_all:
@@ -160,6 +163,8 @@ class Engine:
         self.timings["decode_steps"] += chunk
         self.timings["decode_chunks"] += 1
         self.timings["decode_rows"] += chunk * len(running)
+        self.timings["decode_bytes"] += chunk * self.step_weight_bytes + traffic.kv_read_bytes(
+            self.kv_token_bytes, [s.num_tokens for s in running], chunk)
         for seq, toks, lps in zip(running, tokens, logprobs):
             for t, lp in zip(toks, lps):
                 if seq.append(t, lp):
