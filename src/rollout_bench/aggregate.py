@@ -6,8 +6,9 @@ from . import atomic, stats
 GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generations", "lora_rank",
                "sampling", "status", "reason", "decode_tps", "decode_tps_best", "prompt_tps",
                "median_wall_s", "n_decoded_tokens", "ignore_eos", "len_p50", "len_p90", "eos_rate",
-               "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb", "peak_reserved_gb", "setup_s",
-               "rounds", "gpu_name", "gpu_ids", "torch", "transformers", "started_at", "path"]
+               "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb",
+               "peak_reserved_gb", "setup_s", "rounds", "gpu_name", "gpu_ids", "torch", "transformers", "started_at",
+               "path"]
 
 
 def generation_row(rec: dict, path: str) -> dict:
