@@ -59,7 +59,11 @@ def test_last_round_reports_the_bytes_a_decode_read(dirs):
     last, bw = gen.last_call, gen.info()["bandwidth"]
     weights = gen.engine.step_weight_bytes
     assert last["decode_gb"] * 1e9 > last["decode_steps"] * weights * 0.999  # at least the weights every step
-    assert last["decode_gb_per_s"] == pytest.approx(last["decode_gb"] / last["decode_s"], rel=0.01)
+    # against the engine's unrounded totals (one call on a fresh engine): the record's own rounded gb and s are
+    # off by up to 1% at this size, and the rate is kept to 0.1 GB/s, so allow half that step
+    t = gen.engine.timings
+    assert last["decode_gb"] == round(t["decode_bytes"] / 1e9, 3)
+    assert last["decode_gb_per_s"] == pytest.approx(t["decode_bytes"] / 1e9 / t["decode_s"], rel=0, abs=0.05 + 1e-9)
     assert bw["decode_gb_per_s"] == last["decode_gb_per_s"] and bw["weights_gb_per_step"] == round(weights / 1e9, 3)
     assert bw["copy_gb_per_s"] is None and bw["of_copy_rate"] is None
 
