@@ -1,0 +1,93 @@
+"""Where a decode step's time goes: kernel classes by scope and library name, the busy union, the gaps."""
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from rollout_bench.diagnostics import step_profile
+from rollout_bench.engine import Engine, EngineConfig, sampler
+from rollout_bench.workload import Sampling
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+# kernel names of one Qwen3-4B decode step on the H200 (results/published/h200-2026-11-29-engine-check)
+H200 = {"nvjet_sm90_tst_192x64_64x6_4x1_v_bz_TNT": "gemm",
+        "nvjet_sm90_tst_64x64_64x13_4x1_v_bz_splitK_TNT": "gemm",
+        "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16": "gemm",
+        "void at::native::index_elementwise_kernel<128, 4, at::native::index_copy_kernel_impl<at::n":
+            "norm_rotary_elementwise",
+        "triton_red_fused__to_copy__unsafe_view_add_mean_mul_pow_rsqrt_0": "norm_rotary_elementwise",
+        "triton_poi_fused__unsafe_view_mul_silu_split_1": "norm_rotary_elementwise",
+        "aten::mm": "gemm", "aten::addmm": "gemm", "aten::mul": "norm_rotary_elementwise"}
+
+
+def test_library_names_of_gemms_on_gpu_and_cpu():
+    assert {name: step_profile.library_class(name) for name in H200} == H200
+
+
+def test_union_counts_overlaps_and_nesting_once():
+    assert step_profile.union_us([]) == 0
+    assert step_profile.union_us([(0, 10), (2, 5), (8, 12), (20, 21)]) == 13
+    assert step_profile.union_us([(5, 6), (0, 1)]) == 2
+
+
+def test_split_shares_a_name_as_its_eager_launches_were():
+    classes = {"k_attn": Counter(attention=3.0), "add": Counter(sampling=1.0, norm_rotary_elementwise=3.0)}
+    per_name = Counter({"k_attn": 10.0, "add": 8.0, "nvjet_x": 5.0, "mystery": 1.0})
+    out, unseen = step_profile.split(per_name, classes)
+    assert out == {"gemm": 5.0, "attention": 10.0, "norm_rotary_elementwise": 7.0, "sampling": 2.0}
+    assert unseen == ["mystery", "nvjet_x"]  # never launched eagerly: by library name, and listed
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_assets):
+    cfg = EngineConfig(max_batch=4, max_seq_len=192, decode_chunk=16)
+    return Engine.from_pretrained(tiny_assets["model"], cfg)
+
+
+def prompts(engine, n=3):
+    rng = random.Random(0)
+    return [[rng.randrange(engine.runner.vocab) for _ in range(rng.randint(20, 40))] for _ in range(n)]
+
+
+def test_profile_of_the_eager_step_on_cpu(engine):
+    rows = prompts(engine)
+    before = engine.generate(rows, Sampling(), 8)
+    attend, sample = engine.runner.attn_decode, sampler.sample
+    r = step_profile.profile(engine, rows, new_tokens=48, steps=8)
+    assert (r["rows"], r["steps"], r["replay"]) == (3, 8, "eager")
+    assert all(r["class_ms"][c] > 0 for c in step_profile.CLASSES), r["class_ms"]
+    # host ops' own times add up to their top-level spans: every microsecond is in exactly one class
+    assert sum(r["class_ms"].values()) == pytest.approx(r["busy_ms"], rel=0.01)
+    assert r["profiled_step_ms"] >= r["busy_ms"] and r["gaps_ms"] >= 0 and r["step_ms"] > 0
+    top = {name: cls for name, cls, _ in r["top"]}
+    assert top.get("aten::mm") == "gemm"
+    assert any(cls == "attention" and "scaled_dot_product" in name for name, cls in top.items()), r["top"]
+    assert r["unattributed"] == []  # the eager step is the timed one
+    # the engine is left idle and as it was: the scopes are gone and a new request decodes the same
+    assert not engine.scheduler.has_work
+    assert engine.runner.attn_decode is attend and sampler.sample is sample
+    assert engine.generate(rows, Sampling(), 8) == before
+
+
+def test_attention_and_sampling_come_from_the_scopes(engine):
+    """Without the scopes nothing names attention or the sampler: the classes are the scopes' doing."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from rollout_bench.diagnostics import decode_sweep
+
+    running = decode_sweep.to_mid_generation(engine, prompts(engine, 2), 48, 4)
+    bucket = next(b for b in engine.runner.buckets if b >= len(running))
+    try:
+        for named in (False, True):
+            engine.runner.set_rows(running, bucket)
+            with (step_profile.scoped(engine.runner) if named else torch.no_grad()), \
+                    profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
+                engine.runner.decode_step(bucket, "greedy")
+            classes = step_profile.attribute(prof, on_cuda=False)
+            per_name, _ = step_profile.timeline(prof, on_cuda=False)
+            out, _ = step_profile.split(per_name, classes)
+            assert (out["attention"] > 0 and out["sampling"] > 0) == named, out
+    finally:
+        engine.abort()
