@@ -36,7 +36,7 @@ def test_split_shares_a_name_as_its_eager_launches_were():
     classes = {"k_attn": Counter(attention=3.0), "add": Counter(sampling=1.0, norm_rotary_elementwise=3.0)}
     per_name = Counter({"k_attn": 10.0, "add": 8.0, "nvjet_x": 5.0, "mystery": 1.0})
     out, unseen = step_profile.split(per_name, classes)
-    assert out == {"gemm": 5.0, "attention": 10.0, "norm_rotary_elementwise": 7.0, "sampling": 2.0}
+    assert out == {"gemm": 5.0, "attention": 10.0, "block_mask": 0.0, "norm_rotary_elementwise": 7.0, "sampling": 2.0}
     assert unseen == ["mystery", "nvjet_x"]  # never launched eagerly: by library name, and listed
 
 
@@ -54,7 +54,7 @@ def prompts(engine, n=3):
 def test_profile_of_the_eager_step_on_cpu(engine):
     rows = prompts(engine)
     before = engine.generate(rows, Sampling(), 8)
-    attend, sample = engine.runner.attn_decode, sampler.sample
+    attend, masks, sample = engine.runner.attn_decode, engine.runner.decode_inputs, sampler.sample
     r = step_profile.profile(engine, rows, new_tokens=48, steps=8)
     assert (r["rows"], r["steps"], r["replay"]) == (3, 8, "eager")
     assert all(r["class_ms"][c] > 0 for c in step_profile.CLASSES), r["class_ms"]
@@ -68,11 +68,12 @@ def test_profile_of_the_eager_step_on_cpu(engine):
     # the engine is left idle and as it was: the scopes are gone and a new request decodes the same
     assert not engine.scheduler.has_work
     assert engine.runner.attn_decode is attend and sampler.sample is sample
+    assert "decode_inputs" not in vars(engine.runner) and engine.runner.decode_inputs == masks
     assert engine.generate(rows, Sampling(), 8) == before
 
 
 def test_attention_and_sampling_come_from_the_scopes(engine):
-    """Without the scopes nothing names attention or the sampler: the classes are the scopes' doing."""
+    """Without the scopes nothing names attention, the BlockMask or the sampler: those classes are the scopes'."""
     from torch.profiler import ProfilerActivity, profile
 
     from rollout_bench.diagnostics import decode_sweep
@@ -88,6 +89,7 @@ def test_attention_and_sampling_come_from_the_scopes(engine):
             classes = step_profile.attribute(prof, on_cuda=False)
             per_name, _ = step_profile.timeline(prof, on_cuda=False)
             out, _ = step_profile.split(per_name, classes)
-            assert (out["attention"] > 0 and out["sampling"] > 0) == named, out
+            assert (out["attention"] > 0 and out["block_mask"] > 0 and out["sampling"] > 0) == named, out
+            assert (out["attention"] == out["block_mask"] == out["sampling"] == 0) != named, out
     finally:
         engine.abort()

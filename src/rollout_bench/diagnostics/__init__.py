@@ -5,8 +5,8 @@ They drive the engine through its public API only (Engine, its scheduler, and th
 
 - `decode_sweep`: each decode-kernel option set timed as the replay of the whole captured decode
   step; the autotune pass (`kernel_tuning.py`) records its winner.
-- `step_profile`: one decode step's time by kernel class (GEMM, attention, norm/rotary/elementwise,
-  sampling) and the gaps between kernels, from torch.profiler.
+- `step_profile`: one decode step's time by kernel class (GEMM, attention, BlockMask,
+  norm/rotary/elementwise, sampling) and the gaps between kernels, from torch.profiler.
 - `gpu_check`: a stand-alone GPU self-check and benchmark on the Qwen3-4B shape.
 - `logprob_gap`: where the sampler-vs-trainer logprob gap comes from (the bf16 noise floor).
 - `random_model`: seeded random-weight models and adapters for the tests and both tools.

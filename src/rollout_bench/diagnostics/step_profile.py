@@ -1,11 +1,11 @@
-"""Where one flex decode step's time goes, by kernel class: GEMM, attention, norm/rotary/elementwise,
-sampling, and the gaps between kernels.
+"""Where one flex decode step's time goes, by kernel class: GEMM, attention, the BlockMask built from
+the page table, norm/rotary/elementwise, sampling, and the gaps between kernels.
 
 The step is profiled (torch.profiler) mid-generation, as a flex job runs it: on CUDA, replays of its
 captured graph; without CUDA, the eager step, whose CPU ops stand for kernels. A graph replay runs no
 host code, so nothing in its profile says which call launched a kernel. Each kernel name's class comes
-instead from one eager step profiled with the step's attention and sampler calls named (`scoped`):
-a kernel launched inside one of those scopes is attention or sampling, any other is GEMM by its library
+instead from one eager step profiled with the step's attention, BlockMask and sampler calls named
+(`scoped`): a kernel launched inside one of those scopes is of its class, any other is GEMM by its library
 name (cuBLAS's nvjet/xmma/splitK, CUTLASS, aten's mm on CPU) or else norm/rotary/elementwise (RMSNorm,
 RoPE, SiLU·mul, the KV cache's index_copy, casts). Inductor's generated names need no guessing. A name
 the eager step did not launch (cuBLAS may pick another kernel under capture) falls back to its library
@@ -20,7 +20,7 @@ import torch
 from ..engine import sampler
 from .decode_sweep import device_ms, to_mid_generation
 
-CLASSES = ("gemm", "attention", "norm_rotary_elementwise", "sampling")
+CLASSES = ("gemm", "attention", "block_mask", "norm_rotary_elementwise", "sampling")
 SCOPE = "rollout_bench::"
 # GPU: cuBLAS (nvjet_*, sm90_xmma_gemm_*, cublasLt::splitKreduce_kernel), CUTLASS, gemv; CPU: aten's own names
 GEMM = re.compile(r"nvjet|gemm|gemv|cutlass|xmma|cublas|splitk|^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$", re.I)
@@ -32,8 +32,10 @@ def library_class(name: str) -> str:
 
 @contextlib.contextmanager
 def scoped(runner):
-    """Name the decode step's attention and sampler calls for the profiler (host code: eager steps only)."""
-    attend, sample = runner.attn_decode, sampler.sample
+    """Name the decode step's attention, BlockMask and sampler calls for the profiler (host code: eager
+    steps only). The runner's are instance attributes, shadowed and restored; the sampler is its module's."""
+    assert "decode_inputs" not in vars(runner), "decode_inputs is the runner's method, shadowed here alone"
+    attend, masks, sample = runner.attn_decode, runner.decode_inputs, sampler.sample
 
     def named(scope, fn):
         def call(*args, **kwargs):
@@ -41,11 +43,13 @@ def scoped(runner):
                 return fn(*args, **kwargs)
         return call
 
-    runner.attn_decode, sampler.sample = named("attention", attend), named("sampling", sample)
+    runner.attn_decode, runner.decode_inputs = named("attention", attend), named("block_mask", masks)
+    sampler.sample = named("sampling", sample)
     try:
         yield
     finally:
         runner.attn_decode, sampler.sample = attend, sample
+        del runner.decode_inputs  # the class's method again
 
 
 def _scope(event) -> str | None:
