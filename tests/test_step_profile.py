@@ -93,3 +93,23 @@ def test_attention_and_sampling_come_from_the_scopes(engine):
             assert (out["attention"] == out["block_mask"] == out["sampling"] == 0) != named, out
     finally:
         engine.abort()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_profile_of_the_graph_replay_on_gpu():
+    """On CUDA the timed steps are graph replays: every class has kernels, named by one eager step, and
+    kernels on one stream do not overlap, so the classes add up to the busy time."""
+    from rollout_bench.diagnostics import random_model
+
+    model = random_model.build("qwen3-tiny", seed=0, device="cuda", tie_word_embeddings=False)
+    cfg = EngineConfig(max_batch=8, max_seq_len=192, page_size=16, decode_chunk=8, decode_chunk_no_eos=8,
+                       capture_all=False, decode_kernel_options={"BLOCK_N": 16})
+    engine = Engine(model, cfg)
+    assert engine.runner.graphs_on
+    r = step_profile.profile(engine, prompts(engine, 8), new_tokens=64)
+    assert (r["rows"], r["replay"]) == (8, "graph") and r["kernels_per_step"] > 0
+    assert all(r["class_ms"][c] > 0 for c in step_profile.CLASSES), r
+    assert sum(r["class_ms"].values()) == pytest.approx(r["busy_ms"], rel=0.02)
+    assert r["gaps_ms"] >= 0 and r["step_ms"] > 0
+    assert not engine.scheduler.has_work
