@@ -23,6 +23,7 @@ localrules:
     compare,
     aggregate_generate,
     render_generate,
+    render_decode_profile,
     render_train,
 
 
@@ -36,6 +37,7 @@ rule all:
         TRAIN_STATS,
         COMPARE_PATHS,
         BAND_PATHS,
+        ["results/tables/decode_step.md"] if DECODE_PROFILE_PATHS else [],
         ["results/tables/train.md", "results/tables/equivalence.md", "results/charts/train_steps.html"]
         if TRAIN_STATS
         else [],

@@ -38,6 +38,7 @@ GEN_STATS = [j.path for j in GEN_JOBS]
 TRAIN_STATS = [j.path for j in rb_config.train_jobs(CFG)]
 COMPARE_PATHS = rb_config.compare_paths(CFG)
 BAND_PATHS = rb_config.band_paths(CFG)
+DECODE_PROFILE_PATHS = rb_config.decode_profile_paths(CFG)
 _BY_SLUG = {rb_config.model_slug(m): m for m in rb_config.all_models(CFG)}
 # config/models names: the random-init model dirs the `model` rule builds, and the bases `warmstart` starts from
 CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in rb_config.MODEL_CONFIGS.glob("*.json")))

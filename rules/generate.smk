@@ -60,3 +60,33 @@ rule autotune:
         f"{LEASE}--pin '' -- "
         "python -m rollout_bench autotune --model {wildcards.model} --model-dir {params.model_dir} "
         "--workload {params.workload:q} --batch-sizes {params.batch_sizes} --out {output} > {log} 2>&1"
+
+
+# Where a flex decode step's time goes (decode_profile.enabled), per model, with the options flex jobs replay.
+# A job of its own rather than a field of the autotune record that every flex job reads: an edit to the
+# diagnostic re-runs this job and its table alone.
+rule decode_profile:
+    input:
+        model=model_input,
+        autotune=lambda wc: [f"results/autotune/{wc.model}/decode_opts.json"] if CFG["autotune"]["enabled"] else [],
+        code=code("cli:_decode_profile", "gpu_lease"),
+    output:
+        "results/decode_profile/{model}/decode_step.json",
+    params:
+        workload=lambda wc: json.dumps(rb_config.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
+        batch_sizes=",".join(map(str, CFG["decode_profile"]["batch_sizes"])),
+        model_dir=lambda wc: model_dir(wc.model),
+    log:
+        "results/logs/decode_profile/{model}/decode_step.log",
+    benchmark:
+        "results/benchmarks/decode_profile/{model}/decode_step.tsv"
+    threads: GPU_JOB_THREADS
+    resources:
+        gpu=GPU_PER_JOB,
+    conda:
+        "../envs/core.yaml"
+    shell:
+        f"{LEASE}--pin '' -- "
+        "python -m rollout_bench decode-profile --model {wildcards.model} --model-dir {params.model_dir} "
+        "--workload {params.workload:q} --batch-sizes {params.batch_sizes} --autotune '{input.autotune}' "
+        "--out {output} > {log} 2>&1"

@@ -42,3 +42,17 @@ rule render_generate:
         "--versus {params.versus} "
         "--table {output.table} --chart-batch-html {output.batch_html} --chart-batch-svg {output.batch_svg} "
         "--chart-memory-html {output.mem_html} --chart-memory-svg {output.mem_svg} > {log} 2>&1"
+
+
+rule render_decode_profile:
+    input:
+        records=DECODE_PROFILE_PATHS,
+        code=code("cli:_render_decode_profile"),
+    output:
+        report("results/tables/decode_step.md", caption="../workflow/report/decode_step.rst", category="Generation"),
+    log:
+        "results/logs/report/render_decode_profile.log",
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python -m rollout_bench render-decode-profile --table {output} {input.records} > {log} 2>&1"

@@ -217,6 +217,21 @@ def test_autotune_needs_tokens_to_time(raw):
     config.resolve({**raw, "profile": "cpu"}, {"workload": {"max_new_tokens": 16}})  # no autotune on CPU
 
 
+def test_decode_profile_is_one_job_per_flex_model_and_needs_tokens_to_time(raw):
+    cfg = config.resolve({**raw, "profile": "cpu"})
+    assert config.decode_profile_paths(cfg) == []  # off unless asked for
+    cfg = config.resolve({**raw, "profile": "cpu"}, {"decode_profile": {"enabled": True}})
+    # the warm starts' flex jobs replay their random bases' options: one profile per base
+    assert config.decode_profile_paths(cfg) == [f"results/decode_profile/{m}/decode_step.json"
+                                                for m in ("qwen3-tiny", "llama-tiny", "gemma4-tiny")]
+    assert config.decode_profile_paths(config.resolve({**raw, "profile": "cpu"}, {
+        "decode_profile": {"enabled": True}, "backends": ["hf_generate"]})) == []
+    with pytest.raises(config.ConfigError, match="max_new_tokens: 16 leaves nothing to time for the decode profile "
+                                                 ".* or set decode_profile.enabled false"):
+        config.resolve({**raw, "profile": "cpu"}, {"decode_profile": {"enabled": True},
+                                                   "workload": {"max_new_tokens": 16}})
+
+
 def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
     cfg = config.resolve(raw)
     assert cfg["train"]["warm"] and cfg["train"]["dataset"] == "learnable"

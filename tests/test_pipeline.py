@@ -224,8 +224,34 @@ def test_report_bundles_every_table_and_chart_with_its_caption(workdir):
     assert made == {"generate.md", "train.md", "equivalence.md", "tps_vs_batch.html", "tps_vs_memory.html",
                     "train_steps.html"}
     assert made <= set(captions), made - set(captions)
-    # each caption file is one entry's caption
-    rst = {p.name: _words(p.read_text()) for p in (workdir / "workflow/report").glob("*.rst")}
+    # each caption file is one entry's caption (the decode profile's, off by default, in the test below)
+    rst = {p.name: _words(p.read_text()) for p in (workdir / "workflow/report").glob("*.rst")
+           if p.name != "decode_step.rst"}
     for name, text in rst.items():
         assert any(text[:60] in c for c in captions.values()), name
     assert all(captions[name] for name in made)
+
+
+def test_decode_profile_runs_on_the_cpu_when_asked_for(workdir, tmp_path):
+    """decode_profile.enabled: one job per model whose options flex jobs replay (the warm starts' random bases),
+    then its table, in the report with its caption. Last here: it leaves the table in results/tables."""
+    from rollout_bench import stats
+    from rollout_bench.diagnostics import step_profile
+
+    mine = tmp_path / "profile.yaml"
+    mine.write_text("decode_profile: {enabled: true, batch_sizes: [2]}\n")
+    on = ("--configfile", str(mine))
+    snakemake(workdir, "--cores", "2", *on)
+    for model in ("qwen3-tiny", "llama-tiny", "gemma4-tiny"):
+        rec = stats.read_json(workdir / f"results/decode_profile/{model}/decode_step.json")
+        p = rec["by_batch"]["2"]
+        assert rec["model"] == model and p["rows"] == 2 and p["replay"] == "eager"
+        assert all(p["class_ms"][c] > 0 for c in step_profile.CLASSES), (model, p["class_ms"])
+    table = (workdir / "results/tables/decode_step.md").read_text()
+    assert sorted(line.split(" | ")[0] for line in table.splitlines() if line.endswith("| cpu |")) == [
+        "| gemma4-tiny", "| llama-tiny", "| qwen3-tiny"]
+    assert "Nothing to be done" in (r := snakemake(workdir, "-n", "--cores", "2", *on)).stdout + r.stderr
+    snakemake(workdir, "--report", "report.html", *on)
+    entries = _report_entries((workdir / "report.html").read_text())
+    caption = next(_words(e["caption"]) for p, e in entries.items() if Path(p).name == "decode_step.md")
+    assert _words((workdir / "workflow/report/decode_step.rst").read_text())[:60] in caption

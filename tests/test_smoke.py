@@ -86,3 +86,11 @@ def test_autotune_is_expected_only_for_models_a_flex_job_runs():
     assert any(o.startswith("results/autotune/qwen3-tiny/") for o, _ in smoke.expected(cfg))
     no_flex = {**cfg, "backends": [b for b in cfg["backends"] if b != "flex"]}
     assert not any(o.startswith("results/autotune/") for o, _ in smoke.expected(no_flex))
+
+
+def test_decode_profile_is_expected_once_enabled():
+    cfg = resolved("smoke")
+    assert not any("decode_profile" in o or o.endswith("decode_step.md") for o, _ in smoke.expected(cfg))
+    on = {**cfg, "decode_profile": {**cfg["decode_profile"], "enabled": True}}
+    outs = [o for o, _ in smoke.expected(on)]
+    assert "results/decode_profile/qwen3-tiny/decode_step.json" in outs and "results/tables/decode_step.md" in outs

@@ -40,6 +40,47 @@ def test_split_shares_a_name_as_its_eager_launches_were():
     assert unseen == ["mystery", "nvjet_x"]  # never launched eagerly: by library name, and listed
 
 
+def event(name, start, end, device="CPU", parent=None, kernels=(), annotation=False):
+    """What step_profile reads of a torch.profiler FunctionEvent."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import Interval, Kernel
+
+    return SimpleNamespace(name=name, time_range=Interval(start, end), device_type=getattr(DeviceType, device),
+                           is_async=False, is_user_annotation=annotation, cpu_parent=parent,
+                           kernels=[Kernel(k, 0, d) for k, d in kernels], self_cpu_time_total=end - start)
+
+
+def test_cuda_kernels_go_to_the_scope_of_the_op_that_launched_them():
+    """The CUDA branch on a hand-made profile: a kernel is its launching op's, classed by the scope above that
+    op; a scope's device-side span is not a kernel, so nothing is counted twice."""
+    from types import SimpleNamespace
+
+    scope = event(step_profile.SCOPE + "attention", 0, 50, annotation=True)
+    flex = event("triton_tem_fused_flex_attention_0", 1, 40, parent=scope,
+                 kernels=[("triton_tem_fused_flex_attention_0", 30)])
+    mm = event("aten::mm", 60, 70, kernels=[("nvjet_sm90_tst_64x64_TNT", 20)])
+    add = event("aten::add", 71, 72, kernels=[("vectorized_elementwise_kernel", 5)])
+    named = SimpleNamespace(events=lambda: [scope, flex, mm, add])
+    classes = step_profile.attribute(named, on_cuda=True)
+    assert classes == {"triton_tem_fused_flex_attention_0": Counter(attention=30),
+                       "nvjet_sm90_tst_64x64_TNT": Counter(gemm=20),
+                       "vectorized_elementwise_kernel": Counter(norm_rotary_elementwise=5)}
+    replay = SimpleNamespace(events=lambda: [
+        event("cudaGraphLaunch", 0, 5),  # host side: not a kernel
+        event(step_profile.SCOPE + "attention", 100, 140, device="CUDA", annotation=True),
+        event("triton_tem_fused_flex_attention_0", 100, 130, device="CUDA"),
+        event("nvjet_sm90_tst_64x64_TNT", 130, 150, device="CUDA"),
+        event("vectorized_elementwise_kernel", 160, 165, device="CUDA")])
+    per_name, spans = step_profile.timeline(replay, on_cuda=True)
+    assert per_name == {"triton_tem_fused_flex_attention_0": 30, "nvjet_sm90_tst_64x64_TNT": 20,
+                        "vectorized_elementwise_kernel": 5}
+    assert step_profile.union_us(spans) == 55
+    out, unseen = step_profile.split(per_name, classes)
+    assert (out["attention"], out["gemm"], out["norm_rotary_elementwise"], unseen) == (30, 20, 5, [])
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_assets):
     cfg = EngineConfig(max_batch=4, max_seq_len=192, decode_chunk=16)
@@ -64,7 +105,6 @@ def test_profile_of_the_eager_step_on_cpu(engine):
     top = {name: cls for name, cls, _ in r["top"]}
     assert top.get("aten::mm") == "gemm"
     assert any(cls == "attention" and "scaled_dot_product" in name for name, cls in top.items()), r["top"]
-    assert r["unattributed"] == []  # the eager step is the timed one
     # the engine is left idle and as it was: the scopes are gone and a new request decodes the same
     assert not engine.scheduler.has_work
     assert engine.runner.attn_decode is attend and sampler.sample is sample
@@ -97,18 +137,19 @@ def test_attention_and_sampling_come_from_the_scopes(engine):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_profile_of_the_graph_replay_on_gpu():
-    """On CUDA the timed steps are graph replays: every class has kernels, named by one eager step, and
-    kernels on one stream do not overlap, so the classes add up to the busy time."""
+@pytest.mark.parametrize("graphs", [True, False])
+def test_profile_on_gpu(graphs):
+    """On CUDA the timed steps are graph replays (or eager steps without graphs): every class has kernels,
+    named by one eager step, and kernels on one stream do not overlap, so the classes add up to the busy time."""
     from rollout_bench.diagnostics import random_model
 
     model = random_model.build("qwen3-tiny", seed=0, device="cuda", tie_word_embeddings=False)
     cfg = EngineConfig(max_batch=8, max_seq_len=192, page_size=16, decode_chunk=8, decode_chunk_no_eos=8,
-                       capture_all=False, decode_kernel_options={"BLOCK_N": 16})
+                       capture_all=False, decode_kernel_options={"BLOCK_N": 16}, cuda_graphs=graphs)
     engine = Engine(model, cfg)
-    assert engine.runner.graphs_on
+    assert engine.runner.graphs_on == graphs
     r = step_profile.profile(engine, prompts(engine, 8), new_tokens=64)
-    assert (r["rows"], r["replay"]) == (8, "graph") and r["kernels_per_step"] > 0
+    assert (r["rows"], r["replay"]) == (8, "graph" if graphs else "eager") and r["kernels_per_step"] > 0
     assert all(r["class_ms"][c] > 0 for c in step_profile.CLASSES), r
     assert sum(r["class_ms"].values()) == pytest.approx(r["busy_ms"], rel=0.02)
     assert r["gaps_ms"] >= 0 and r["step_ms"] > 0

@@ -1,5 +1,5 @@
-"""`python -m rollout_bench generate|autotune|aggregate|render|publish|check-config`: the generation
-benchmark's command lines and the pipeline's own.
+"""`python -m rollout_bench generate|autotune|decode-profile|aggregate|render|render-decode-profile|publish|
+check-config`: the generation benchmark's command lines and the pipeline's own.
 
 `rollout_bench.__main__` wires them with `cli.add_commands(sub)`; each handler imports only what its
 command runs (a rule's code inputs are the import closure of its handler, sources.py).
@@ -23,6 +23,21 @@ def _autotune(a):
                             prompt_tokens=wl["prompt_tokens"], max_new_tokens=wl["max_new_tokens"], dtype=wl["dtype"],
                             out=a.out)
     print(json.dumps({"status": rec["status"], "best": {b: r["best"] for b, r in rec["by_batch"].items()}}))
+
+
+def _decode_profile(a):
+    from . import decode_profile
+    wl = json.loads(a.workload)
+    rec = decode_profile.run(model=a.model, model_dir=a.model_dir,
+                             batch_sizes=[int(b) for b in a.batch_sizes.split(",")],
+                             prompt_tokens=wl["prompt_tokens"], max_new_tokens=wl["max_new_tokens"],
+                             dtype=wl["dtype"], out=a.out, autotune=a.autotune or None)
+    print(json.dumps({b: p["class_ms"] for b, p in rec["by_batch"].items()}))
+
+
+def _render_decode_profile(a):
+    from . import atomic, render, stats
+    atomic.write_text(a.table, render.decode_step_table([stats.read_json(p) for p in a.records]))
 
 
 def _aggregate(a):
@@ -68,6 +83,18 @@ def add_commands(sub) -> None:
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--batch-sizes", required=True, help="comma-separated")
     p.set_defaults(fn=_autotune)
+
+    p = sub.add_parser("decode-profile", help="where a flex decode step's time goes, per batch size -> JSON")
+    for k in ("model", "model-dir", "workload", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--batch-sizes", required=True, help="comma-separated")
+    p.add_argument("--autotune", default="", help="kernel_tuning record whose options the profile replays")
+    p.set_defaults(fn=_decode_profile)
+
+    p = sub.add_parser("render-decode-profile", help="decode-profile JSONs -> markdown table")
+    p.add_argument("--table", required=True)
+    p.add_argument("records", nargs="+")
+    p.set_defaults(fn=_render_decode_profile)
 
     p = sub.add_parser("aggregate", help="stats JSONs -> summary CSV")
     p.add_argument("--out", required=True)

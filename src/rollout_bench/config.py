@@ -153,16 +153,19 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
     return cfg
 
 
-def _check_autotune(cfg: dict) -> None:
-    if not (cfg["autotune"]["enabled"] and uses_gpu(cfg) and "flex" in cfg["backends"]):
-        return
+def _check_decode_timing(cfg: dict) -> None:
+    """The autotune pass and the decode profile time one chunk of decode steps mid-generation."""
     from .engine.config import EngineConfig
 
-    chunk = EngineConfig().decode_chunk  # the autotune pass times one chunk of decode steps mid-generation
-    if cfg["workload"]["max_new_tokens"] <= chunk:
-        raise ConfigError(f"config error at workload.max_new_tokens: {cfg['workload']['max_new_tokens']} leaves "
-                          f"nothing to time for the autotune pass (it times {chunk} decode steps mid-generation): "
-                          f"raise it above {chunk} or set autotune.enabled false")
+    chunk = EngineConfig().decode_chunk
+    passes = (("autotune", "the autotune pass", uses_gpu(cfg)), ("decode_profile", "the decode profile", True))
+    for key, what, on in passes:
+        if not (cfg[key]["enabled"] and on and "flex" in cfg["backends"]):
+            continue
+        if cfg["workload"]["max_new_tokens"] <= chunk:
+            raise ConfigError(f"config error at workload.max_new_tokens: {cfg['workload']['max_new_tokens']} leaves "
+                              f"nothing to time for {what} (it times {chunk} decode steps mid-generation): "
+                              f"raise it above {chunk} or set {key}.enabled false")
 
 
 def _check_train(cfg: dict) -> None:
@@ -208,7 +211,7 @@ def _check_warmstart(cfg: dict) -> None:
 
 
 def _check(cfg: dict) -> None:
-    _check_autotune(cfg)
+    _check_decode_timing(cfg)
     _check_train(cfg)
     _check_warmstart(cfg)
     cases = cfg["workload"]["cases"]
@@ -324,6 +327,14 @@ def autotune_slug(model: str) -> str:
     """Whose autotune record a flex job on `model` replays: a warm start replays its random base's
     (the kernels' speed depends on shapes and dtype, not on weight values)."""
     return model_slug(model_assets.warm_base(model) or model)
+
+
+def decode_profile_paths(cfg: dict) -> list[str]:
+    """One decode profile per model whose autotune record a flex job replays (decode_profile.enabled)."""
+    if not (cfg["decode_profile"]["enabled"] and "flex" in cfg["backends"]):
+        return []
+    slugs = dict.fromkeys(autotune_slug(j.model) for j in gen_jobs(cfg) if j.backend == "flex")
+    return [f"results/decode_profile/{slug}/decode_step.json" for slug in slugs]
 
 
 def gen_jobs(cfg: dict) -> list[GenJob]:

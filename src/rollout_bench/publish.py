@@ -10,8 +10,8 @@ def publish(name: str, command: str, config_path: str, results: str = "results")
     src = Path(results)
     dest = src / "published" / name
     with atomic.directory(dest) as tmp:
-        for sub in ("generate", "train", "band", "compare", "autotune", "summary", "tables", "charts", "logs",
-                    "benchmarks"):
+        for sub in ("generate", "train", "band", "compare", "autotune", "decode_profile", "summary", "tables", "charts",
+                    "logs", "benchmarks"):
             for f in sorted((src / sub).rglob("*")) if (src / sub).exists() else []:
                 if f.is_file() and f.suffix in (".json", ".csv", ".md", ".html", ".svg", ".png", ".log", ".tsv"):
                     target = tmp / f.relative_to(src)

@@ -70,7 +70,7 @@ def attribute(prof, on_cuda: bool) -> dict[str, Counter]:
     out = defaultdict(Counter)
     for e in _host_ops(prof):
         scope = _scope(e)
-        if on_cuda:
+        if on_cuda:  # a kernel is attached to the innermost op that launched it, never to a scope
             for k in e.kernels:
                 out[k.name][scope or library_class(k.name)] += k.duration
         elif not e.name.startswith(SCOPE):
@@ -82,8 +82,9 @@ def attribute(prof, on_cuda: bool) -> dict[str, Counter]:
 
 def timeline(prof, on_cuda: bool) -> tuple[Counter, list[tuple[float, float]]]:
     """Microseconds per name, and the busy intervals: CUDA kernels, or host ops (own time; top-level spans)."""
-    if on_cuda:
-        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if on_cuda:  # a record_function scope also has a device-side span over its kernels: not a kernel
+        kernels = [e for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and not e.is_user_annotation]
         per_name = Counter()
         for k in kernels:
             per_name[k.name] += k.time_range.elapsed_us()
@@ -132,33 +133,33 @@ def profile(engine, prompts: list[list[int]], new_tokens: int, steps: int | None
     runner, on_cuda = engine.runner, engine.runner.device.type == "cuda"
     assert not engine.scheduler.has_work, "step_profile needs an idle engine"
     steps = steps or runner.cfg.decode_chunk
-    running = to_mid_generation(engine, prompts, new_tokens, steps)
-    bucket = next(b for b in runner.buckets if b >= len(running))
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
     try:
+        running = to_mid_generation(engine, prompts, new_tokens, steps)
+        bucket = next(b for b in runner.buckets if b >= len(running))
         if runner.graphs_on and (bucket, "greedy") not in runner.graphs:
             runner.capture([bucket], "greedy")
         graph = runner.graphs.get((bucket, "greedy")) if runner.graphs_on else None
 
-        def run(step, n):
-            runner.set_rows(running, bucket)  # the same positions each time: nothing is written past the pages
-            for _ in range(n):
-                step()
-            if on_cuda:
-                torch.cuda.synchronize()
-
         def eager():
             runner.decode_step(bucket, "greedy")
 
+        def profiled(step, n: int, named: bool):
+            runner.set_rows(running, bucket)  # the same positions each time, and outside the profiled window
+            if on_cuda:
+                torch.cuda.synchronize()
+            with scoped(runner) if named else contextlib.nullcontext(), torch_profile(activities=activities) as prof:
+                for _ in range(n):
+                    step()
+                if on_cuda:
+                    torch.cuda.synchronize()
+            return prof
+
         runner.set_rows(running, bucket)
         step_ms = device_ms(graph.replay if graph is not None else eager, steps)
-        with scoped(runner), torch_profile(activities=activities) as named:
-            run(eager, 1 if graph is not None else steps)
+        named = profiled(eager, 1 if graph is not None else steps, named=True)
         classes = attribute(named, on_cuda)
-        timed = named
-        if graph is not None:
-            with torch_profile(activities=activities) as timed:
-                run(graph.replay, steps)
+        timed = named if graph is None else profiled(graph.replay, steps, named=False)
         per_name, spans = timeline(timed, on_cuda)
     finally:
         engine.abort()
@@ -167,11 +168,11 @@ def profile(engine, prompts: list[list[int]], new_tokens: int, steps: int | None
     busy = union_us(spans) / 1e3 / steps
     window = (max(hi for _, hi in spans) - min(lo for lo, _ in spans)) / 1e3 / steps
     top = sorted(per_name.items(), key=lambda kv: -kv[1])[:12]
-    return {"rows": len(running), "bucket": bucket, "steps": steps, "replay": "graph" if graph else "eager",
+    return {"rows": len(running), "bucket": bucket, "steps": steps, "replay": "eager" if graph is None else "graph",
             "step_ms": round(step_ms, 4), "profiled_step_ms": round(window, 4),
             "class_ms": {c: round(us / 1e3 / steps, 4) for c, us in by_class.items()},
             "busy_ms": round(busy, 4), "gaps_ms": round(window - busy, 4),
-            "kernels_per_step": round(sum(1 for _ in spans) / steps, 1) if on_cuda else None,
+            "kernels_per_step": round(len(spans) / steps, 1) if on_cuda else None,
             "top": [[name[:100], (classes.get(name) or Counter({library_class(name): 1})).most_common(1)[0][0],
                      round(us / 1e3 / steps, 4)] for name, us in top],
             "unattributed": unseen}
