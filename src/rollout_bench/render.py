@@ -57,7 +57,7 @@ PROFILE_CLASSES = {"gemm": "GEMM", "attention": "attention", "block_mask": "Bloc
 def decode_step_table(records: list[dict]) -> str:
     """Decode-profile records (decode_profile.py) -> where a decode step's time goes: per model and batch,
     milliseconds per kernel class and the gaps, each with its share of the profiled step."""
-    lines = ["| model | batch | steps | step ms | " + " | ".join(PROFILE_CLASSES.values()) + " | gaps | kernels/step "
+    lines = ["| model | batch | steps run as | step ms | " + " | ".join(PROFILE_CLASSES.values()) + " | gaps | kernels/step "
              "| hardware |", "|---|--:|---|--:|" + "--:|" * (len(PROFILE_CLASSES) + 2) + "---|"]
     for rec in sorted(records, key=lambda r: r["model"]):
         hw = rec["env"].get("gpu_name") or "cpu"
