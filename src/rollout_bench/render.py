@@ -57,23 +57,26 @@ PROFILE_CLASSES = {"gemm": "GEMM", "attention": "attention", "block_mask": "Bloc
 def decode_step_table(records: list[dict]) -> str:
     """Decode-profile records (decode_profile.py) -> where a decode step's time goes: per model and batch,
     milliseconds per kernel class and the gaps, each with its share of the profiled step."""
-    lines = ["| model | batch | steps run as | step ms | " + " | ".join(PROFILE_CLASSES.values()) + " | gaps | kernels/step "
-             "| hardware |", "|---|--:|---|--:|" + "--:|" * (len(PROFILE_CLASSES) + 2) + "---|"]
+    lines = ["| model | batch | steps run as | step ms | " + " | ".join(PROFILE_CLASSES.values())
+             + " | gaps | kernels/step | hardware |",
+             "|---|--:|---|--:|" + "--:|" * (len(PROFILE_CLASSES) + 2) + "---|"]
     for rec in sorted(records, key=lambda r: r["model"]):
         hw = rec["env"].get("gpu_name") or "cpu"
         for b, p in sorted(rec["by_batch"].items(), key=lambda kv: int(kv[0])):
-            whole = p["profiled_step_ms"]
-
-            def cell(ms):
-                return f"{ms:.3f} ({ms / whole:.0%})" if whole else f"{ms:.3f}"
+            parts = [p["class_ms"][c] for c in PROFILE_CLASSES] + [p["gaps_ms"]]
             lines.append(f"| {rec['model']} | {b} | {p['replay']} | {p['step_ms']:.3f} | "
-                         + " | ".join(cell(p["class_ms"][c]) for c in PROFILE_CLASSES)
-                         + f" | {cell(p['gaps_ms'])} | {_fmt(p['kernels_per_step'], '.0f')} | {hw} |")
+                         + " | ".join(_share(ms, p["profiled_step_ms"]) for ms in parts)
+                         + f" | {_fmt(p['kernels_per_step'], '.0f')} | {hw} |")
     return ("Where one decode step's time goes (diagnostics/step_profile.py), mid-generation, greedy, with the "
             "kernel options flex jobs replay. Step ms: the step alone, unprofiled; each class and the gaps: "
             "milliseconds per step in the profiled steps, and their share of those. Off CUDA the steps are "
             "eager and CPU ops stand for kernels: a check of the code path, not a speed.\n\n"
             + "\n".join(lines) + "\n")
+
+
+def _share(ms: float, whole: float) -> str:
+    """'0.412 (23%)': milliseconds and their share of the whole step."""
+    return f"{ms:.3f} ({ms / whole:.0%})" if whole else f"{ms:.3f}"
 
 
 def _bandwidth(r) -> str:

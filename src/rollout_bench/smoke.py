@@ -61,10 +61,11 @@ def expected(cfg: dict) -> list[tuple[str, str]]:
         out.append((p, p.replace("results/band/", "results/logs/band/").replace(".json", ".log")))
     for p in config.compare_paths(cfg):
         out.append((p, p.replace("results/compare/", "results/logs/compare/").replace(".json", ".log")))
-    for p in config.decode_profile_paths(cfg):
+    profiles = config.decode_profile_paths(cfg)
+    for p in profiles:
         out.append((p, p.replace("results/decode_profile/", "results/logs/decode_profile/").replace(".json", ".log")))
     out.append(("results/tables/generate.md", "results/logs/report/render_generate.log"))
-    if config.decode_profile_paths(cfg):
+    if profiles:
         out.append(("results/tables/decode_step.md", "results/logs/report/render_decode_profile.log"))
     if cfg["train_backends"]:
         out.append(("results/tables/train.md", "results/logs/report/render_train.log"))
