@@ -189,6 +189,7 @@ def test_gpu_budget_checked_before_any_job(workdir):
     r = snakemake(workdir, "-n", "--cores", "8", "--resources", "gpu=8", "--config", "profile=gpu", env=env)
     assert "generate" in r.stdout
     assert "results/autotune/qwen3-4b/decode_opts.json" in r.stdout  # flex jobs wait for the autotune pass
+    assert "results/decode_profile/qwen3-4b/decode_step.json" in r.stdout  # the gpu profile's decode profile
 
 
 def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):
