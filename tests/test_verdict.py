@@ -144,7 +144,11 @@ def test_a_control_that_stopped_early_is_compared_on_the_windows_it_completed():
     assert [w["steps"] for w in g["windows"]] == [[1, 4]] and g["last_steps"] == [1, 4]
 
 
-def test_learned_is_read_on_the_last_complete_window_not_a_short_tail():
+def test_learned_is_read_on_the_last_complete_window_not_a_short_tail(tmp_path):
+    import json
+
+    from rollout_bench.grpo import report
+
     # the seeds stopped at 10, 11 and 12 steps (a wall budget): the band's last window is steps 9-10, 2 of 4
     def run(seed, steps, learns, tail=0.0):
         # learns 0.5 a step from step 1; the short tail (steps 9-10) is where a learner would look flat
@@ -158,6 +162,10 @@ def test_learned_is_read_on_the_last_complete_window_not_a_short_tail():
     assert [(w["steps"], w["complete"]) for w in g["windows"]] == [([1, 4], True), ([5, 8], True), ([9, 10], False)]
     # steps 5-8 decide (+3.25 against a narrow band), not the two-step tail, where the gain fell to ~ -1.25
     assert g["last_steps"] == [5, 8] and g["gain"] == pytest.approx(3.25, abs=0.2) and g["learned"]
+    (tmp_path / "band.json").write_text(json.dumps(verdict.band(ref, window=4, alpha=0.05, control=frozen)))
+    line = next(x for x in report.learning_lines([tmp_path / "band.json"]) if "over the frozen control" in x)
+    # both complete windows pass (+1.2 and +3.2 against ± 0.1); the short tail is not counted
+    assert "reward @ steps 5-8: " in line and ": learned (2 of 2 complete windows beyond the band)" in line
     # no complete window: no verdict, rather than one on a fragment
     row = {"steps": [1, 3], "centre": 2.0, "runs": [1.9, 2.0, 2.1], "half_width": 0.5}
     assert verdict.over_control([row], {1: 0.0, 2: 0.0, 3: 0.0}, window=4) is None

@@ -64,13 +64,18 @@ def learning_lines(band_paths) -> list[str]:
 
 
 def _gain(name: str, g: dict) -> str:
-    """'accuracy @ steps 31-40: +0.12 ± 0.02 sd over seeds, over 0.30 (band ± 0.05; steps 1-10: +0.01): learned'"""
+    """'accuracy @ steps 31-40: +0.12 ± 0.02 sd over seeds, over 0.30 (band ± 0.05; steps 1-10: +0.01): learned
+    (2 of 4 complete windows beyond the band)'"""
     first = g["windows"][0]
     w = next(x for x in g["windows"] if x["steps"] == g["last_steps"])
     verdict = "learned" if g["learned"] else "not beyond the band"
+    # the last window decides; how many others agree says whether it is a trend or one lucky window
+    complete = [x for x in g["windows"] if x["complete"]]
+    beyond = sum(x["gain"] > x["half_width"] for x in complete)
     return (f"{name} @ steps {w['steps'][0]}-{w['steps'][1]}: {w['gain']:+.3g} ± {_fmt(w['sd'])} sd over seeds, "
             f"over {_fmt(w['control'])} (band ± {_fmt(w['half_width'])}; steps {first['steps'][0]}-"
-            f"{first['steps'][1]}: {first['gain']:+.3g}): {verdict}")
+            f"{first['steps'][1]}: {first['gain']:+.3g}): {verdict} ({beyond} of {len(complete)} complete windows beyond "
+            f"the band)")
 
 
 def _band_cell(r: dict) -> str:
