@@ -165,7 +165,21 @@ def test_learned_is_read_on_the_last_complete_window_not_a_short_tail(tmp_path):
     (tmp_path / "band.json").write_text(json.dumps(verdict.band(ref, window=4, alpha=0.05, control=frozen)))
     line = next(x for x in report.learning_lines([tmp_path / "band.json"]) if "over the frozen control" in x)
     # both complete windows pass (+1.2 and +3.2 against ± 0.1); the short tail is not counted
-    assert "reward @ steps 5-8: " in line and ": learned (2 of 2 complete windows beyond the band)" in line
+    assert "reward @ steps 5-8: " in line and ": learned (2 of 2 complete windows above the band)" in line
+    # a learner that starts late: its first complete window is inside the band, and the count says so
+    late = [run(100 + i, 12, False) for i in range(3)]
+    for r in late:
+        for x in r["steps"]:
+            x["reward"] += 0.5 * max(0, x["step"] - 4)
+    (tmp_path / "band.json").write_text(json.dumps(verdict.band(late, window=4, alpha=0.05, control=frozen)))
+    line = next(x for x in report.learning_lines([tmp_path / "band.json"]) if "over the frozen control" in x)
+    assert "reward @ steps 9-12: " in line and ": learned (2 of 3 complete windows above the band)" in line
+    # a band file from before windows said whether they were complete: their length says it
+    b = json.loads((tmp_path / "band.json").read_text())
+    for w in b["learning"]["reward"]["over_control"]["windows"]:
+        del w["complete"]
+    (tmp_path / "band.json").write_text(json.dumps(b))
+    assert "(2 of 3 complete windows above the band)" in "".join(report.learning_lines([tmp_path / "band.json"]))
     # no complete window: no verdict, rather than one on a fragment
     row = {"steps": [1, 3], "centre": 2.0, "runs": [1.9, 2.0, 2.1], "half_width": 0.5}
     assert verdict.over_control([row], {1: 0.0, 2: 0.0, 3: 0.0}, window=4) is None

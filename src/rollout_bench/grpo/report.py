@@ -55,7 +55,7 @@ def learning_lines(band_paths) -> list[str]:
         gains = [(name, x["over_control"]) for name, x in b["learning"].items() if x.get("over_control")]
         if gains:
             lines.append(f"  - over the frozen control (seed {b.get('control_seed')}, learning rate 0, same prompts): "
-                         + "; ".join(_gain(name, g) for name, g in gains))
+                         + "; ".join(_gain(name, g, b["window"]) for name, g in gains))
         ctrl = b.get("control")
         if ctrl and ctrl["status"] != "ok":
             lines.append(f"  - the frozen control did not run: {ctrl['status']} ({ctrl['reason']}), so no gain "
@@ -63,18 +63,19 @@ def learning_lines(band_paths) -> list[str]:
     return lines
 
 
-def _gain(name: str, g: dict) -> str:
+def _gain(name: str, g: dict, window: int) -> str:
     """'accuracy @ steps 31-40: +0.12 ± 0.02 sd over seeds, over 0.30 (band ± 0.05; steps 1-10: +0.01): learned
-    (2 of 4 complete windows beyond the band)'"""
+    (2 of 4 complete windows above the band)'"""
     first = g["windows"][0]
     w = next(x for x in g["windows"] if x["steps"] == g["last_steps"])
     verdict = "learned" if g["learned"] else "not beyond the band"
-    # the last window decides; how many others agree says whether it is a trend or one lucky window
-    complete = [x for x in g["windows"] if x["complete"]]
-    beyond = sum(x["gain"] > x["half_width"] for x in complete)
+    # the last window decides; how many others agree says whether it is a trend or one lucky window. Band files
+    # older than the `complete` field: a window is complete when it spans `window` steps
+    complete = [x for x in g["windows"] if x.get("complete", x["steps"][1] - x["steps"][0] + 1 == window)]
+    above = sum(x["gain"] > x["half_width"] for x in complete)
     return (f"{name} @ steps {w['steps'][0]}-{w['steps'][1]}: {w['gain']:+.3g} ± {_fmt(w['sd'])} sd over seeds, "
             f"over {_fmt(w['control'])} (band ± {_fmt(w['half_width'])}; steps {first['steps'][0]}-"
-            f"{first['steps'][1]}: {first['gain']:+.3g}): {verdict} ({beyond} of {len(complete)} complete windows beyond "
+            f"{first['steps'][1]}: {first['gain']:+.3g}): {verdict} ({above} of {len(complete)} complete windows above "
             f"the band)")
 
 
