@@ -41,7 +41,14 @@ def test_default_resolves_to_cpu_tiny(raw):
 
 def test_gpu_profile_is_the_qwen3_4b_workload(raw):
     cfg = resolve_with(raw, profile="gpu")
-    assert cfg["models"] == ["qwen3-4b"]
+    assert cfg["models"] == ["qwen3-4b", "llama-3.2-3b", "gemma-4-e2b"]
+    # the other two families run greedy and LoRA at B = 64 and the sweep; the rest is the 4B's alone
+    cases = {}
+    for j in config.gen_jobs(cfg):
+        cases.setdefault(j.model, set()).add(j.case)
+    assert cases["llama-3.2-3b"] == cases["gemma-4-e2b"] == {"greedy", "lora", "sweep"}
+    assert cases["qwen3-4b"] == {"greedy", "lora", "sweep", "lora_eqv", "grpo_group"}
+    assert cases["qwen3-4b-warm"] == {"realistic", "realistic_t1"} and "gemma-4-e2b-warm" not in config.all_models(cfg)
     wl = config.job_workload(cfg, "qwen3-4b", "flex", "greedy", 64)
     assert (wl["max_new_tokens"], wl["n_prompts"], wl["prompt_tokens"], wl["device"], wl["dtype"]) == \
         (512, 64, [128, 256], "cuda", "bfloat16")
@@ -310,7 +317,7 @@ def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     assert config.band_paths(cfg) == ["results/band/qwen3-small-warm/hf_generate.json"]
     # the learner is a key of its own: the gpu profile can train another model than it generates with
     other = resolve_with(raw, profile="gpu", profiles__gpu__train__models=["llama-3.2-3b-warm"])
-    assert other["train"]["models"] == ["llama-3.2-3b-warm"] and other["models"] == ["qwen3-4b"]
+    assert other["train"]["models"] == ["llama-3.2-3b-warm"] and "llama-3.2-3b-warm" not in other["models"]
     assert config.train_jobs(other)[0].path == "results/train/llama-3.2-3b-warm/hf_generate/steps100-seed3407.json"
 
 
@@ -383,7 +390,7 @@ def test_realistic_case_runs_the_warm_start_with_eos_on_its_own_task(raw, profil
     cfg = resolve_with(raw, profile=profile)
     real = [j for j in config.gen_jobs(cfg) if j.case == "realistic"]
     warm = {"gpu": "qwen3-4b-warm", "smoke": "qwen3-tiny-warm", "cpu": "qwen3-tiny-warm"}[profile]
-    assert real and {j.model for j in real} == {config.warm_name(m) for m in config.warm_models(cfg)}
+    assert warm in {j.model for j in real} == set(config.case_models(cfg, cfg["workload"]["cases"]["realistic"]))
     assert {j.model for j in config.gen_jobs(cfg) if j.case == "greedy"} == set(cfg["models"])  # others: as before
     wl = config.job_workload(cfg, warm, real[0].backend, "realistic", real[0].batch_size)
     assert wl["ignore_eos"] is False and wl["dataset"] == "learnable" and wl["prompt_tokens"] == [16, 512]
@@ -399,7 +406,26 @@ def test_realistic_case_runs_the_warm_start_with_eos_on_its_own_task(raw, profil
     ({"dataset": "./no/such/dir"}, "workload.cases.x.dataset", "no such directory"),
     ({"prompt_tokens": [300, 20]}, "workload.cases.x.prompt_tokens", "[20, 300]"),
     ({"ignore_eos": "no"}, "workload.cases.x.ignore_eos", "boolean"),
+    ({"skip_models": "llama-tiny"}, "workload.cases.x.skip_models", "array"),
 ])
 def test_bad_case_overrides_name_the_field(raw, case, field, says):
     with pytest.raises(ConfigError, match=rf"at {re.escape(field)}[: ].*{re.escape(says)}"):
         resolve_with(raw, profiles__cpu__workload__cases={"x": {"batch_sizes": [4], **case}})
+
+
+def test_a_case_skips_its_skip_models_only(raw):
+    cases = {"cold": {"batch_sizes": [4], "skip_models": ["qwen3-tiny", "gemma4-tiny"]},
+             "warm": {"batch_sizes": [4], "warm": True, "skip_models": ["qwen3-tiny"]},
+             "all": {"batch_sizes": [4]}}
+    cfg = resolve_with(raw, profiles__cpu__workload__cases=cases)
+    by_case = {}
+    for j in config.gen_jobs(cfg):
+        by_case.setdefault(j.case, set()).add(j.model)
+    assert by_case["cold"] == {"llama-tiny"} and by_case["warm"] == {"llama-tiny-warm"}
+    assert by_case["all"] == set(cfg["models"])
+    # GRPO's learners are train.models' business, not a case's
+    assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm"]
+    # a list of what to leave out: the user's own models run every case of the gpu profile
+    mine = config.resolve({**raw, "profile": "gpu"}, {"models": ["qwen3-0.6b"]})
+    assert {(j.model, j.case) for j in config.gen_jobs(mine)} == \
+        {("qwen3-0.6b-warm" if c["warm"] else "qwen3-0.6b", n) for n, c in mine["workload"]["cases"].items()}

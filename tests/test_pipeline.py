@@ -190,6 +190,8 @@ def test_gpu_budget_checked_before_any_job(workdir):
     assert "generate" in r.stdout
     assert "results/autotune/qwen3-4b/decode_opts.json" in r.stdout  # flex jobs wait for the autotune pass
     assert "results/decode_profile/qwen3-4b/decode_step.json" in r.stdout  # the gpu profile's decode profile
+    assert "results/generate/gemma-4-e2b/flex/graphs/greedy/bs64.json" in r.stdout  # the other two families
+    assert "results/generate/llama-3.2-3b/vllm/default/sweep/bs8.json" in r.stdout
 
 
 def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):

@@ -144,6 +144,8 @@ def resolve(raw: dict, user: dict | None = None) -> dict:
     for case in cfg["workload"]["cases"].values():
         if "dataset" in case:
             case["dataset"] = os.path.expanduser(case["dataset"])
+        if "skip_models" in case:
+            case["skip_models"] = [os.path.expanduser(m) for m in case["skip_models"]]
     tr = cfg["train"]
     if tr["models"] is None:  # the learner: each of `models`, or its warm start
         tr["models"] = [warm_name(m) for m in warm_models(cfg)] if tr["warm"] else list(cfg["models"])
@@ -312,8 +314,12 @@ def warm_models(cfg: dict) -> list[str]:
 
 
 def case_models(cfg: dict, case: dict) -> list[str]:
-    """The models a case runs on: the top-level ones, or their warm starts (`warm: true`)."""
-    return [warm_name(m) for m in warm_models(cfg)] if case["warm"] else cfg["models"]
+    """The models a case runs on: the top-level ones but its `skip_models`, or their warm starts (`warm: true`)."""
+    # a list of what to leave out, not of what to run: a user's own `models` then runs every case
+    skip = set(case.get("skip_models", []))
+    if case["warm"]:
+        return [warm_name(m) for m in warm_models(cfg) if m not in skip]
+    return [m for m in cfg["models"] if m not in skip]
 
 
 def all_models(cfg: dict) -> list[str]:
