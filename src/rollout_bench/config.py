@@ -335,12 +335,16 @@ def autotune_slug(model: str) -> str:
     return model_slug(model_assets.warm_base(model) or model)
 
 
+def flex_slugs(cfg: dict) -> list[str]:
+    """The models whose autotune record some flex job replays (autotune_slug), in first-seen order."""
+    return list(dict.fromkeys(autotune_slug(j.model) for j in gen_jobs(cfg) if j.backend == "flex"))
+
+
 def decode_profile_paths(cfg: dict) -> list[str]:
     """One decode profile per model whose autotune record a flex job replays (decode_profile.enabled)."""
-    if not (cfg["decode_profile"]["enabled"] and "flex" in cfg["backends"]):
+    if not cfg["decode_profile"]["enabled"]:
         return []
-    slugs = dict.fromkeys(autotune_slug(j.model) for j in gen_jobs(cfg) if j.backend == "flex")
-    return [f"results/decode_profile/{slug}/decode_step.json" for slug in slugs]
+    return [f"results/decode_profile/{slug}/decode_step.json" for slug in flex_slugs(cfg)]
 
 
 def gen_jobs(cfg: dict) -> list[GenJob]:

@@ -45,25 +45,24 @@ def smoke_config() -> dict:
     return config.resolve({**raw, "profile": "smoke"})
 
 
+def _log_of(output: str) -> str:
+    """A job's log beside its JSON output, as the rules name it: results/<kind>/….json -> results/logs/<kind>/….log."""
+    assert output.startswith("results/") and output.endswith(".json"), output
+    return "results/logs/" + output.removeprefix("results/").removesuffix(".json") + ".log"
+
+
 def expected(cfg: dict) -> list[tuple[str, str]]:
     """(output, log) of every job whose output the verdict reads, in DAG order."""
     out = []
     for base in sorted({b for m in config.all_models(cfg) if (b := config.model_assets.warm_base(m))}):
         out.append((f"results/assets/models/{base}-warm", f"results/logs/assets/warmstart_{base}.log"))
-    if cfg["autotune"]["enabled"]:  # the pass runs for each model a flex job replays it on
-        for slug in sorted({config.autotune_slug(j.model) for j in config.gen_jobs(cfg) if j.backend == "flex"}):
-            out.append((f"results/autotune/{slug}/decode_opts.json", f"results/logs/autotune/{slug}/decode_opts.log"))
-    for j in config.gen_jobs(cfg):
-        out.append((j.path, j.path.replace("results/generate/", "results/logs/generate/").replace(".json", ".log")))
-    for j in config.train_jobs(cfg):
-        out.append((j.path, j.path.replace("results/train/", "results/logs/train/").replace(".json", ".log")))
-    for p in config.band_paths(cfg):
-        out.append((p, p.replace("results/band/", "results/logs/band/").replace(".json", ".log")))
-    for p in config.compare_paths(cfg):
-        out.append((p, p.replace("results/compare/", "results/logs/compare/").replace(".json", ".log")))
+    # the autotune pass runs for each model a flex job replays it on
+    tuned = sorted(config.flex_slugs(cfg)) if cfg["autotune"]["enabled"] else []
     profiles = config.decode_profile_paths(cfg)
-    for p in profiles:
-        out.append((p, p.replace("results/decode_profile/", "results/logs/decode_profile/").replace(".json", ".log")))
+    outputs = ([f"results/autotune/{slug}/decode_opts.json" for slug in tuned]
+               + [j.path for j in config.gen_jobs(cfg)] + [j.path for j in config.train_jobs(cfg)]
+               + config.band_paths(cfg) + config.compare_paths(cfg) + profiles)
+    out += [(p, _log_of(p)) for p in outputs]
     out.append(("results/tables/generate.md", "results/logs/report/render_generate.log"))
     if profiles:
         out.append(("results/tables/decode_step.md", "results/logs/report/render_decode_profile.log"))
