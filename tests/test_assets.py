@@ -37,13 +37,16 @@ def test_tokenizer_carries_grpo_template_and_markers(tiny_assets):
 
 def test_prompt_selection_window_and_determinism(tiny_assets):
     tok = prompts.load_tokenizer(tiny_assets["model"])
-    wl = {"prompt_tokens": [128, 256], "n_prompts": 8, "shuffle_seed": 3407, "warmup_prompts": 2}
-    p1, w1 = prompts.select(tok, wl, tiny_assets["dataset"])
-    p2, _ = prompts.select(tok, wl, tiny_assets["dataset"])
-    assert p1 == p2 and w1 == p1[:2] and len(p1) == 8
-    assert all(128 <= len(p) <= 256 for p in p1)
-    with pytest.raises(ValueError, match="widen workload.prompt_tokens"):
+    wl = {"prompt_tokens": [128, 256], "n_prompts": 8, "rounds": 3, "shuffle_seed": 3407, "warmup_prompts": 2}
+    r1, w1 = prompts.select(tok, wl, tiny_assets["dataset"])
+    r2, w2 = prompts.select(tok, wl, tiny_assets["dataset"])
+    assert (r1, w1) == (r2, w2) and [len(r) for r in r1] == [8, 8, 8] and len(w1) == 2
+    sent = [tuple(p) for p in sum(r1, w1)]
+    assert len(set(sent)) == len(sent) == 26  # no round repeats another's prompts, nor the warm-up's
+    assert all(128 <= len(p) <= 256 for p in sent)
+    with pytest.raises(ValueError, match="widen workload.prompt_tokens") as e:
         prompts.select(tok, {**wl, "prompt_tokens": [5000, 6000]}, tiny_assets["dataset"])
+    assert "26 distinct prompts" in str(e.value) and "rounds=3" in str(e.value)
 
 
 def test_model_dir_loads_with_normal_loader_and_is_seeded(tiny_assets, tmp_path):

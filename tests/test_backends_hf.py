@@ -116,7 +116,7 @@ def test_transformers_cb_in_harness_keeps_batch_size(model_dir):
         gens.append(transformers_cb.load(s))
         return gens[-1]
 
-    res = generation.measure(factory, spec, PROMPTS, PROMPTS[:1], rounds=2)
+    res = generation.measure(factory, spec, [PROMPTS, PROMPTS], PROMPTS[:1])
     assert res["fields"]["n_decoded_tokens"] == MAX_NEW * len(PROMPTS)
     assert res["fields"]["peak_memory_gb"]["reserved_cache_gb"] > 0
     assert gens[0].info() == {}  # closed by the harness

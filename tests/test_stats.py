@@ -55,9 +55,10 @@ def test_measure_counts_rounds_and_lengths():
             time.sleep(0.01)
             return [[7, 7, 7] for _ in prompts for _ in range(n)]
 
-    r = generation.measure(lambda s: Fake(), spec, [[1, 2], [3]], [[1, 2]], rounds=3)
+    r = generation.measure(lambda s: Fake(), spec, [[[1, 2], [3]], [[4], [5]], [[6, 7, 8], [9]]], [[10, 11]])
     f = r["fields"]
     assert Fake.calls == 4 and len(f["rounds"]) == 3  # warm-up + 3 timed rounds
+    assert [x["prompt_tokens"] for x in f["rounds"]] == [6, 4, 8]  # each round's own prompts, x n = 2
     assert f["n_decoded_tokens"] == 12 and f["n_prompt_tokens"] == 6 and f["n_prompts"] == 2
     assert f["decode_tps"] == pytest.approx(12 / f["median_wall_s"], rel=1e-2)
     assert generation.check_lengths(r["outputs"], spec) is None
@@ -140,3 +141,31 @@ def test_vllm_lora_in_float32_is_skipped_with_its_reason_before_anything_loads(t
     assert vllm.unsupported_spec(spec) is not None
     assert vllm.unsupported_spec(dataclasses.replace(spec, dtype="bfloat16")) is None
     assert vllm.unsupported_spec(dataclasses.replace(spec, adapter_dir=None)) is None
+
+
+def test_no_timed_round_resends_a_prompt(tiny_assets, tmp_path, monkeypatch):
+    """An engine that caches prefixes across calls (vLLM's default) must prefill every timed round: the job sends
+    each prompt once, over the warm-up and the rounds, as GRPO's steps do. vllm is mocked by a generator that
+    records what it is sent."""
+    from rollout_bench import backends
+    from rollout_bench.backends import vllm
+
+    sent = []
+
+    class Recorder:
+        def generate(self, prompts, n):
+            sent.append([tuple(p) for p in prompts])
+            return [[7] * 4 for _ in prompts for _ in range(n)]
+
+    monkeypatch.setattr(backends, "unavailable", lambda *a, **k: None)
+    monkeypatch.setattr(vllm, "load", lambda spec: Recorder())
+    wl = {**WL, "batch_size": 4, "n_prompts": 4, "warmup_prompts": 2, "rounds": 3, "prompt_tokens": [1, 4096],
+          "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
+    rec = generation.run_job(backend="vllm", variant="default", model="qwen3-tiny", case="greedy", workload=wl,
+                             model_dir=tiny_assets["model"], adapter_dir=None, dataset_dir=tiny_assets["dataset"],
+                             out=str(tmp_path / "v.json"))
+    assert rec["status"] == "ok" and [len(call) for call in sent] == [2, 4, 4, 4]  # warm-up, then 3 rounds
+    flat = sum(sent, [])
+    assert len(set(flat)) == len(flat) == 14
+    assert [r["prompt_tokens"] for r in rec["rounds"]] == [sum(map(len, call)) for call in sent[1:]]
+    assert rec["n_prompt_tokens"] == round(sum(map(len, flat[2:])) / 3)
