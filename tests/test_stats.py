@@ -55,11 +55,12 @@ def test_measure_counts_rounds_and_lengths():
             time.sleep(0.01)
             return [[7, 7, 7] for _ in prompts for _ in range(n)]
 
-    r = generation.measure(lambda s: Fake(), spec, [[[1, 2], [3]], [[4], [5]], [[6, 7, 8], [9]]], [[10, 11]])
+    r = generation.measure(lambda s: Fake(), spec, [[[1, 2], [3]], [[4], [5]], [[6, 7, 8, 9], [10]]], [[11, 12]])
     f = r["fields"]
     assert Fake.calls == 4 and len(f["rounds"]) == 3  # warm-up + 3 timed rounds
-    assert [x["prompt_tokens"] for x in f["rounds"]] == [6, 4, 8]  # each round's own prompts, x n = 2
-    assert f["n_decoded_tokens"] == 12 and f["n_prompt_tokens"] == 6 and f["n_prompts"] == 2
+    assert [x["prompt_tokens"] for x in f["rounds"]] == [6, 4, 10]  # each round's own prompts, x n = 2
+    assert f["n_decoded_tokens"] == 12 and f["n_prompt_tokens"] == 7 and f["n_prompts"] == 2  # 6.67: the mean
+    assert f["prompt_tps"] == pytest.approx(7 / f["median_wall_s"], rel=1e-2)
     assert f["decode_tps"] == pytest.approx(12 / f["median_wall_s"], rel=1e-2)
     assert generation.check_lengths(r["outputs"], spec) is None
     assert "do not have max_new_tokens=3" in generation.check_lengths([[1, 2]], spec)

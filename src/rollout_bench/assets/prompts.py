@@ -35,10 +35,13 @@ def select(tok, workload: dict, dataset_dir: str) -> tuple[list[list[list[int]]]
             if len(picked) == need:
                 break
     if len(picked) < need:
-        raise ValueError(f"the workload sends {need} distinct prompts (workload.n_prompts={n} a round x rounds="
-                         f"{rounds}, plus warmup_prompts={n_warm}) but only {len(picked)} prompts of the dataset have "
-                         f"{lo}..{hi} tokens; widen workload.prompt_tokens or lower n_prompts, rounds or "
-                         f"warmup_prompts")
+        job = f"case {workload['case']!r} at batch size {workload['batch_size']}" if "case" in workload else "the job"
+        raise ValueError(
+            f"{job} sends {need} distinct prompts (n_prompts={n} a round, null meaning batch_size / "
+            f"num_generations, x workload.rounds={rounds}, plus warmup_prompts={n_warm}) but only {len(picked)} "
+            f"prompts of dataset {workload.get('dataset', dataset_dir)!r} have {lo}..{hi} tokens; widen "
+            f"prompt_tokens (workload's, or the case's own), give the dataset more problems (dataset.n_problems for "
+            f"the synthetic one), or lower the case's batch_sizes, workload.rounds or workload.warmup_prompts")
     return [picked[r * n:(r + 1) * n] for r in range(rounds)], picked[n * rounds:]
 
 
