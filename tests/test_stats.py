@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import statistics
 import time
 
 import jsonschema
@@ -60,10 +61,31 @@ def test_measure_counts_rounds_and_lengths():
     assert Fake.calls == 4 and len(f["rounds"]) == 3  # warm-up + 3 timed rounds
     assert [x["prompt_tokens"] for x in f["rounds"]] == [6, 4, 10]  # each round's own prompts, x n = 2
     assert f["n_decoded_tokens"] == 12 and f["n_prompt_tokens"] == 7 and f["n_prompts"] == 2  # 6.67: the mean
-    assert f["prompt_tps"] == pytest.approx(7 / f["median_wall_s"], rel=1e-2)
+    assert f["prompt_tps"] == pytest.approx(statistics.median(x["prompt_tokens"] / x["wall_s"] for x in f["rounds"]),
+                                            rel=1e-3)
     assert f["decode_tps"] == pytest.approx(12 / f["median_wall_s"], rel=1e-2)
     assert generation.check_lengths(r["outputs"], spec) is None
     assert "do not have max_new_tokens=3" in generation.check_lengths([[1, 2]], spec)
+
+
+def test_rates_are_the_median_of_each_rounds_own_rate():
+    """With EOS on, rounds decode different counts: a round's rate is its own tokens over its own wall. A slow round
+    that decoded little must not pair with another round's count (mean tokens / median wall would read 60/0.2)."""
+    spec = GenSpec(model_dir="-", adapter_dir=None, variant="default", batch_size=1, max_new_tokens=100,
+                   sampling=Sampling(), ignore_eos=False, eos_token_id=0, pad_token_id=1, max_prompt_tokens=4)
+    plan = iter([(0.0, 1), (0.1, 100), (0.2, 20), (0.3, 60)])  # (seconds, tokens): warm-up, then three rounds
+
+    class Fake:
+        def generate(self, prompts, n):
+            s, k = next(plan)
+            time.sleep(s)
+            return [[7] * k]
+
+    f = generation.measure(lambda s: Fake(), spec, [[[1]], [[2]], [[3]]], [[4]])["fields"]
+    assert [r["decoded_tokens"] for r in f["rounds"]] == [100, 20, 60]
+    rates = [r["decoded_tokens"] / r["wall_s"] for r in f["rounds"]]  # ~1000, ~100, ~200
+    assert f["decode_tps"] == pytest.approx(sorted(rates)[1], rel=1e-3) and f["decode_tps"] < 300
+    assert f["decode_tps_best"] == pytest.approx(max(rates), rel=1e-3)
 
 
 def test_failed_gate_writes_failed_status_and_no_speed(tiny_assets, tmp_path, monkeypatch):

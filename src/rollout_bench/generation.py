@@ -66,10 +66,11 @@ def measure(gen_factory, spec: GenSpec, rounds: list[list[list[int]]], warmup: l
 
     med = statistics.median(walls)
     best = min(walls)
-    # with EOS on, sampled rounds may decode different counts, and each round's prompts differ in length:
-    # their means over the median wall
+    # Each round has its own prompts, and with EOS on its own completion lengths: a rate is each round's tokens
+    # over its own wall, and the job's the median of those (under ignore_eos, decoded tokens / median wall)
     decoded = round(statistics.mean(r["decoded_tokens"] for r in per_round))
     n_prompt_tokens = round(statistics.mean(r["prompt_tokens"] for r in per_round))
+    decode_rates = [r["decoded_tokens"] / w for r, w in zip(per_round, walls)]
     return {
         "outputs": outs,
         "fields": {
@@ -81,9 +82,9 @@ def measure(gen_factory, spec: GenSpec, rounds: list[list[list[int]]], warmup: l
             "rounds": per_round,
             "median_wall_s": round(med, 6),
             "best_wall_s": round(best, 6),
-            "decode_tps": round(decoded / med, 2),
-            "decode_tps_best": round(max(r["decoded_tokens"] / w for r, w in zip(per_round, walls)), 2),
-            "prompt_tps": round(n_prompt_tokens / med, 2),
+            "decode_tps": round(statistics.median(decode_rates), 2),
+            "decode_tps_best": round(max(decode_rates), 2),
+            "prompt_tps": round(statistics.median(r["prompt_tokens"] / w for r, w in zip(per_round, walls)), 2),
             "peak_memory_gb": peak,
             "setup_s": round(setup_s, 3),
             "isolation": isolation.record(window),
