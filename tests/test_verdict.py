@@ -1,9 +1,10 @@
 """The reference seeds' noise band and a candidate's verdict, on synthetic trajectories."""
+import json
 import random
 
 import pytest
 
-from rollout_bench.grpo import verdict
+from rollout_bench.grpo import report, verdict
 
 
 def rec(seed, backend="hf_generate", status="ok", n=8, **series):
@@ -144,11 +145,13 @@ def test_a_control_that_stopped_early_is_compared_on_the_windows_it_completed():
     assert [w["steps"] for w in g["windows"]] == [[1, 4]] and g["last_steps"] == [1, 4]
 
 
+def report_lines(tmp_path, band: dict) -> list[str]:
+    """The train report's learning lines for one band, read from its JSON file as render_train reads it."""
+    (tmp_path / "band.json").write_text(json.dumps(band))
+    return report.learning_lines([tmp_path / "band.json"])
+
+
 def test_learned_is_read_on_the_last_complete_window_not_a_short_tail(tmp_path):
-    import json
-
-    from rollout_bench.grpo import report
-
     # the seeds stopped at 10, 11 and 12 steps (a wall budget): the band's last window is steps 9-10, 2 of 4
     def run(seed, steps, learns, tail=0.0):
         # learns 0.5 a step from step 1; the short tail (steps 9-10) is where a learner would look flat
@@ -158,12 +161,12 @@ def test_learned_is_read_on_the_last_complete_window_not_a_short_tail(tmp_path):
     ref = [run(100, 10, True, tail=-6.0), run(101, 11, True, tail=-6.0), run(102, 12, True, tail=-6.0)]
     frozen = run(9, 12, False)
     frozen["workload"].update(seed=100, frozen=True)
-    g = verdict.band(ref, window=4, alpha=0.05, control=frozen)["learning"]["reward"]["over_control"]
+    b = verdict.band(ref, window=4, alpha=0.05, control=frozen)
+    g = b["learning"]["reward"]["over_control"]
     assert [(w["steps"], w["complete"]) for w in g["windows"]] == [([1, 4], True), ([5, 8], True), ([9, 10], False)]
     # steps 5-8 decide (+3.25 against a narrow band), not the two-step tail, where the gain fell to ~ -1.25
     assert g["last_steps"] == [5, 8] and g["gain"] == pytest.approx(3.25, abs=0.2) and g["learned"]
-    (tmp_path / "band.json").write_text(json.dumps(verdict.band(ref, window=4, alpha=0.05, control=frozen)))
-    line = next(x for x in report.learning_lines([tmp_path / "band.json"]) if "over the frozen control" in x)
+    line = next(x for x in report_lines(tmp_path, b) if "over the frozen control" in x)
     # both complete windows pass (+1.2 and +3.2 against ± 0.1); the short tail is not counted
     assert "reward @ steps 5-8: " in line and ": learned (2 of 2 complete windows above the band)" in line
     # a learner that starts late: its first complete window is inside the band, and the count says so
@@ -171,29 +174,22 @@ def test_learned_is_read_on_the_last_complete_window_not_a_short_tail(tmp_path):
     for r in late:
         for x in r["steps"]:
             x["reward"] += 0.5 * max(0, x["step"] - 4)
-    (tmp_path / "band.json").write_text(json.dumps(verdict.band(late, window=4, alpha=0.05, control=frozen)))
-    line = next(x for x in report.learning_lines([tmp_path / "band.json"]) if "over the frozen control" in x)
+    b = verdict.band(late, window=4, alpha=0.05, control=frozen)
+    line = next(x for x in report_lines(tmp_path, b) if "over the frozen control" in x)
     assert "reward @ steps 9-12: " in line and ": learned (2 of 3 complete windows above the band)" in line
     # a band file from before windows said whether they were complete: their length says it
-    b = json.loads((tmp_path / "band.json").read_text())
     for w in b["learning"]["reward"]["over_control"]["windows"]:
         del w["complete"]
-    (tmp_path / "band.json").write_text(json.dumps(b))
-    assert "(2 of 3 complete windows above the band)" in "".join(report.learning_lines([tmp_path / "band.json"]))
+    assert "(2 of 3 complete windows above the band)" in "".join(report_lines(tmp_path, b))
     # no complete window: no verdict, rather than one on a fragment
     row = {"steps": [1, 3], "centre": 2.0, "runs": [1.9, 2.0, 2.1], "half_width": 0.5}
     assert verdict.over_control([row], {1: 0.0, 2: 0.0, 3: 0.0}, window=4) is None
 
 
 def test_a_failed_control_is_named_in_the_band_and_its_report(tmp_path):
-    import json
-
-    from rollout_bench.grpo import report
-
     frozen = {**rec(100, reward=[0.0] * 12), "status": "failed", "reason": "crashed at step 3"}
     b = verdict.band(refs(3), window=4, alpha=0.05, control=frozen)
     assert b["control"] == {"status": "failed", "reason": "crashed at step 3"} and b["control_seed"] is None
     assert verdict.band(refs(3), window=4, alpha=0.05)["control"] is None
-    (tmp_path / "band.json").write_text(json.dumps(b))
-    lines = report.learning_lines([tmp_path / "band.json"])
+    lines = report_lines(tmp_path, b)
     assert any("the frozen control did not run: failed (crashed at step 3)" in line for line in lines)
