@@ -2,8 +2,12 @@ import json
 
 import pytest
 import torch
+import yaml
 
-from rollout_bench.assets import chat, dataset, lora, prompts
+from rollout_bench import config
+from rollout_bench.assets import chat, dataset, lora, prompts, tokenizer
+
+from .conftest import ROOT
 
 
 def test_dataset_is_deterministic_dapo_schema_with_integer_answers(tmp_path):
@@ -37,13 +41,21 @@ def test_tokenizer_carries_grpo_template_and_markers(tiny_assets):
 
 def test_prompt_selection_window_and_determinism(tiny_assets):
     tok = prompts.load_tokenizer(tiny_assets["model"])
-    wl = {"prompt_tokens": [128, 256], "n_prompts": 8, "shuffle_seed": 3407, "warmup_prompts": 2}
-    p1, w1 = prompts.select(tok, wl, tiny_assets["dataset"])
-    p2, _ = prompts.select(tok, wl, tiny_assets["dataset"])
-    assert p1 == p2 and w1 == p1[:2] and len(p1) == 8
-    assert all(128 <= len(p) <= 256 for p in p1)
-    with pytest.raises(ValueError, match="widen workload.prompt_tokens"):
-        prompts.select(tok, {**wl, "prompt_tokens": [5000, 6000]}, tiny_assets["dataset"])
+    wl = {"prompt_tokens": [128, 256], "n_prompts": 8, "rounds": 3, "shuffle_seed": 3407, "warmup_prompts": 2}
+    r1, w1 = prompts.select(tok, wl, tiny_assets["dataset"])
+    r2, w2 = prompts.select(tok, wl, tiny_assets["dataset"])
+    assert (r1, w1) == (r2, w2) and [len(r) for r in r1] == [8, 8, 8] and len(w1) == 2
+    sent = [tuple(p) for p in sum(r1, w1)]
+    assert len(set(sent)) == len(sent) == 26  # no round repeats another's prompts, nor the warm-up's
+    assert all(128 <= len(p) <= 256 for p in sent)
+    one, _ = prompts.select(tok, {**wl, "rounds": 1, "warmup_prompts": 0}, tiny_assets["dataset"])
+    assert one == r1[:1]  # the first round is the first n_prompts in the window, as the single measured set was
+    with pytest.raises(ValueError, match="widen prompt_tokens") as e:
+        prompts.select(tok, {**wl, "prompt_tokens": [5000, 6000], "case": "sweep", "batch_size": 8,
+                             "dataset": "synthetic"}, tiny_assets["dataset"])
+    msg = str(e.value)
+    assert "case 'sweep' at batch size 8 sends 26 distinct prompts" in msg and "workload.rounds=3" in msg
+    assert "dataset 'synthetic'" in msg and "dataset.n_problems" in msg
 
 
 def test_model_dir_loads_with_normal_loader_and_is_seeded(tiny_assets, tmp_path):
@@ -51,7 +63,6 @@ def test_model_dir_loads_with_normal_loader_and_is_seeded(tiny_assets, tmp_path)
 
     from rollout_bench.assets import model
 
-    from .conftest import ROOT
     m = AutoModelForCausalLM.from_pretrained(tiny_assets["model"])
     model.build(ROOT / "config/models/qwen3-tiny.json", tmp_path / "again", tiny_assets["tokenizer"], seed=0)
     m2 = AutoModelForCausalLM.from_pretrained(tmp_path / "again")
@@ -77,3 +88,32 @@ def test_lora_check_fails_on_zero_tensor(tiny_assets, tmp_path):
     save_file(t, str(tmp_path / "z/adapter_model.safetensors"))
     with pytest.raises(ValueError, match="all-zero"):
         lora.check(tmp_path / "z")
+
+
+def test_every_shipped_profile_job_gets_prompts_of_its_own_per_round(tmp_path):
+    """Every generate job on the synthetic dataset sends n_prompts x rounds + warmup_prompts distinct prompts: the
+    shipped profiles' largest such need fits the dataset and tokenizer their config builds (the gpu profile's sweep
+    at B = 256 needs 1,296 of the 128-256-token window)."""
+    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    built = {}
+    for profile in ("cpu", "smoke", "gpu"):
+        cfg = config.resolve({**raw, "profile": profile})
+        need = {}
+        for j in config.gen_jobs(cfg):
+            wl = config.job_workload(cfg, j.model, j.backend, j.case, j.batch_size)
+            if wl["dataset"] == "synthetic":
+                key = (tuple(wl["prompt_tokens"]), wl["shuffle_seed"])
+                need[key] = max(need.get(key, 0), wl["n_prompts"] * wl["rounds"] + wl["warmup_prompts"])
+        vocab, n, seed = cfg["tokenizer"]["vocab_size"], cfg["dataset"]["n_problems"], cfg["dataset"]["seed"]
+        if (vocab, n, seed) not in built:
+            d = tmp_path / f"{vocab}-{n}-{seed}"
+            tokenizer.build(d / "tokenizer", vocab_size=vocab)
+            dataset.build(d / "dataset", n, seed)
+            built[(vocab, n, seed)] = (prompts.load_tokenizer(str(d / "tokenizer")), str(d / "dataset"))
+        tok, ds = built[(vocab, n, seed)]
+        for (window, shuffle), k in need.items():
+            wl = {"prompt_tokens": list(window), "n_prompts": k, "rounds": 1, "warmup_prompts": 0,
+                  "shuffle_seed": shuffle}
+            assert len(prompts.select(tok, wl, ds)[0][0]) == k, (profile, window, k)
+        if profile == "gpu":
+            assert max(need.values()) == 256 * 5 + 16

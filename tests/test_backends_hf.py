@@ -116,7 +116,8 @@ def test_transformers_cb_in_harness_keeps_batch_size(model_dir):
         gens.append(transformers_cb.load(s))
         return gens[-1]
 
-    res = generation.measure(factory, spec, PROMPTS, PROMPTS[:1], rounds=2)
+    rounds = [PROMPTS, [[t + 1 for t in p] for p in PROMPTS]]  # each round's own prompts, the warm-up another
+    res = generation.measure(factory, spec, rounds, [[7, 7, 7]])
     assert res["fields"]["n_decoded_tokens"] == MAX_NEW * len(PROMPTS)
     assert res["fields"]["peak_memory_gb"]["reserved_cache_gb"] > 0
     assert gens[0].info() == {}  # closed by the harness

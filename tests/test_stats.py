@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import statistics
 import time
 
 import jsonschema
@@ -55,13 +56,36 @@ def test_measure_counts_rounds_and_lengths():
             time.sleep(0.01)
             return [[7, 7, 7] for _ in prompts for _ in range(n)]
 
-    r = generation.measure(lambda s: Fake(), spec, [[1, 2], [3]], [[1, 2]], rounds=3)
+    r = generation.measure(lambda s: Fake(), spec, [[[1, 2], [3]], [[4], [5]], [[6, 7, 8, 9], [10]]], [[11, 12]])
     f = r["fields"]
     assert Fake.calls == 4 and len(f["rounds"]) == 3  # warm-up + 3 timed rounds
-    assert f["n_decoded_tokens"] == 12 and f["n_prompt_tokens"] == 6 and f["n_prompts"] == 2
+    assert [x["prompt_tokens"] for x in f["rounds"]] == [6, 4, 10]  # each round's own prompts, x n = 2
+    assert f["n_decoded_tokens"] == 12 and f["n_prompt_tokens"] == 7 and f["n_prompts"] == 2  # 6.67: the mean
+    assert f["prompt_tps"] == pytest.approx(statistics.median(x["prompt_tokens"] / x["wall_s"] for x in f["rounds"]),
+                                            rel=1e-3)
     assert f["decode_tps"] == pytest.approx(12 / f["median_wall_s"], rel=1e-2)
     assert generation.check_lengths(r["outputs"], spec) is None
     assert "do not have max_new_tokens=3" in generation.check_lengths([[1, 2]], spec)
+
+
+def test_rates_are_the_median_of_each_rounds_own_rate():
+    """With EOS on, rounds decode different counts: a round's rate is its own tokens over its own wall. A slow round
+    that decoded little must not pair with another round's count (mean tokens / median wall would read 60/0.2)."""
+    spec = GenSpec(model_dir="-", adapter_dir=None, variant="default", batch_size=1, max_new_tokens=100,
+                   sampling=Sampling(), ignore_eos=False, eos_token_id=0, pad_token_id=1, max_prompt_tokens=4)
+    plan = iter([(0.0, 1), (0.1, 100), (0.2, 20), (0.3, 60)])  # (seconds, tokens): warm-up, then three rounds
+
+    class Fake:
+        def generate(self, prompts, n):
+            s, k = next(plan)
+            time.sleep(s)
+            return [[7] * k]
+
+    f = generation.measure(lambda s: Fake(), spec, [[[1]], [[2]], [[3]]], [[4]])["fields"]
+    assert [r["decoded_tokens"] for r in f["rounds"]] == [100, 20, 60]
+    rates = [r["decoded_tokens"] / r["wall_s"] for r in f["rounds"]]  # ~1000, ~100, ~200
+    assert f["decode_tps"] == pytest.approx(sorted(rates)[1], rel=1e-3) and f["decode_tps"] < 300
+    assert f["decode_tps_best"] == pytest.approx(max(rates), rel=1e-3)
 
 
 def test_failed_gate_writes_failed_status_and_no_speed(tiny_assets, tmp_path, monkeypatch):
@@ -140,3 +164,31 @@ def test_vllm_lora_in_float32_is_skipped_with_its_reason_before_anything_loads(t
     assert vllm.unsupported_spec(spec) is not None
     assert vllm.unsupported_spec(dataclasses.replace(spec, dtype="bfloat16")) is None
     assert vllm.unsupported_spec(dataclasses.replace(spec, adapter_dir=None)) is None
+
+
+def test_no_timed_round_resends_a_prompt(tiny_assets, tmp_path, monkeypatch):
+    """An engine that caches prefixes across calls (vLLM's default) must prefill every timed round: the job sends
+    each prompt once, over the warm-up and the rounds, as GRPO's steps do. vllm is mocked by a generator that
+    records what it is sent."""
+    from rollout_bench import backends
+    from rollout_bench.backends import vllm
+
+    sent = []
+
+    class Recorder:
+        def generate(self, prompts, n):
+            sent.append([tuple(p) for p in prompts])
+            return [[7] * 4 for _ in prompts for _ in range(n)]
+
+    monkeypatch.setattr(backends, "unavailable", lambda *a, **k: None)
+    monkeypatch.setattr(vllm, "load", lambda spec: Recorder())
+    wl = {**WL, "batch_size": 4, "n_prompts": 4, "warmup_prompts": 2, "rounds": 3, "prompt_tokens": [1, 4096],
+          "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
+    rec = generation.run_job(backend="vllm", variant="default", model="qwen3-tiny", case="greedy", workload=wl,
+                             model_dir=tiny_assets["model"], adapter_dir=None, dataset_dir=tiny_assets["dataset"],
+                             out=str(tmp_path / "v.json"))
+    assert rec["status"] == "ok" and [len(call) for call in sent] == [2, 4, 4, 4]  # warm-up, then 3 rounds
+    flat = sum(sent, [])
+    assert len(set(flat)) == len(flat) == 14
+    assert [r["prompt_tokens"] for r in rec["rounds"]] == [sum(map(len, call)) for call in sent[1:]]
+    assert rec["n_prompt_tokens"] == round(sum(map(len, flat[2:])) / 3)

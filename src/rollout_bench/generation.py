@@ -50,38 +50,41 @@ def build(gen_factory, spec: GenSpec) -> Built:
     return Built(gen, time.perf_counter() - t0)
 
 
-def measure(gen_factory, spec: GenSpec, prompts: list[list[int]], warmup: list[list[int]], rounds: int,
+def measure(gen_factory, spec: GenSpec, rounds: list[list[list[int]]], warmup: list[list[int]],
             built: Built | None = None) -> dict:
-    """Time `rounds` calls of generate over `prompts`; setup_s covers load + compile + warm-up.
+    """Time one generate call per round over that round's prompts (prompts.select: no round repeats another's
+    prompts); setup_s covers load + compile + warm-up.
     With `built`, the generator comes from there and its build counts into setup_s and the peaks
     (whatever ran between build and measure, a correctness gate, counts into neither)."""
     cuda = envinfo.cuda()
     sync = cuda.synchronize if cuda else (lambda: None)
     n = spec.num_generations
     gen, setup_s = set_up(gen_factory, spec, warmup, built, cuda, sync)
-    walls, outs, per_round, window = timed_rounds(gen, prompts, n, rounds, sync)
+    walls, outs, per_round, window = timed_rounds(gen, rounds, n, sync)
     peak, engine_info = memory(gen, cuda, built)
     getattr(gen, "close", lambda: None)()
 
     med = statistics.median(walls)
     best = min(walls)
-    # with EOS on, sampled rounds may decode different counts: their mean over the median wall
+    # Each round has its own prompts, and with EOS on its own completion lengths: a rate is each round's tokens
+    # over its own wall, and the job's the median of those (under ignore_eos, decoded tokens / median wall)
     decoded = round(statistics.mean(r["decoded_tokens"] for r in per_round))
-    n_prompt_tokens = sum(map(len, prompts)) * n
+    n_prompt_tokens = round(statistics.mean(r["prompt_tokens"] for r in per_round))
+    decode_rates = [r["decoded_tokens"] / w for r, w in zip(per_round, walls)]
     return {
         "outputs": outs,
         "fields": {
             "engine": engine_info,
             "batch_size": spec.batch_size,
-            "n_prompts": len(prompts),
+            "n_prompts": len(rounds[0]),
             "n_prompt_tokens": n_prompt_tokens,
             "n_decoded_tokens": decoded,
             "rounds": per_round,
             "median_wall_s": round(med, 6),
             "best_wall_s": round(best, 6),
-            "decode_tps": round(decoded / med, 2),
-            "decode_tps_best": round(max(r["decoded_tokens"] / w for r, w in zip(per_round, walls)), 2),
-            "prompt_tps": round(n_prompt_tokens / med, 2),
+            "decode_tps": round(statistics.median(decode_rates), 2),
+            "decode_tps_best": round(max(decode_rates), 2),
+            "prompt_tps": round(statistics.median(r["prompt_tokens"] / w for r, w in zip(per_round, walls)), 2),
             "peak_memory_gb": peak,
             "setup_s": round(setup_s, 3),
             "isolation": isolation.record(window),
@@ -101,12 +104,12 @@ def set_up(gen_factory, spec: GenSpec, warmup: list[list[int]], built: Built | N
     return gen, time.perf_counter() - t0 + (built.build_s if built else 0.0)
 
 
-def timed_rounds(gen, prompts: list[list[int]], n: int, rounds: int, sync):
-    """-> (walls, last round's outputs, per-round records, isolation window) of `rounds` generate calls."""
+def timed_rounds(gen, rounds: list[list[list[int]]], n: int, sync):
+    """-> (walls, last round's outputs, per-round records, isolation window): one generate call per round."""
     walls, outs = [], None
     per_round = []
     with isolation.window() as window:  # the other leases that overlap the rounds are named in the stats
-        for _ in range(rounds):
+        for prompts in rounds:
             sync()
             t = time.perf_counter()
             outs = gen.generate(prompts, n)
@@ -115,7 +118,8 @@ def timed_rounds(gen, prompts: list[list[int]], n: int, rounds: int, sync):
             assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
             tokens = sum(map(len, outs))
             walls.append(wall)
-            per_round.append({"wall_s": round(wall, 6), "decoded_tokens": tokens})
+            per_round.append({"wall_s": round(wall, 6), "decoded_tokens": tokens,
+                              "prompt_tokens": sum(map(len, prompts)) * n})
     return walls, outs, per_round, window
 
 
@@ -165,9 +169,9 @@ def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict
             workload = {**workload, "options": {**workload["options"], "decode_kernel_options": replay}}
 
     tok = prompt_assets.load_tokenizer(model_dir, workload["chat_template"])
-    prompts, warmup = prompt_assets.select(tok, workload, dataset_dir)
+    rounds, warmup = prompt_assets.select(tok, workload, dataset_dir)
     spec = spec_from_workload(workload, model_dir, adapter_dir, variant, tok.eos_token_id,
-                              tok.pad_token_id, max(map(len, prompts + warmup)))
+                              tok.pad_token_id, max(len(p) for ps in [*rounds, warmup] for p in ps))
     mod = backends.module(backend)
     reason = getattr(mod, "unsupported_spec", lambda spec: None)(spec)
     if reason:
@@ -181,7 +185,7 @@ def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict
             getattr(built.gen, "close", lambda: None)()
             return stats.finish(stats.failed(record, f"correctness gate failed against HF on the same weights: "
                                                      f"{json.dumps(record['gate'])[:400]}"), out)
-    result = measure(mod.load, spec, prompts, warmup, workload["rounds"], built)
+    result = measure(mod.load, spec, rounds, warmup, built)
     bad = check_lengths(result["outputs"], spec)
     if bad:
         return stats.finish(stats.failed(record, bad), out)

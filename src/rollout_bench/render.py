@@ -43,10 +43,10 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
                          f"| {_fmt(r.setup_s, '.1f')} | {_status(r)} |")
         lines.append("")
     hw = ", ".join(sorted(set(df.gpu_name.astype(str))))
-    lines.insert(0, f"Hardware: {hw}. Decode tok/s = decoded tokens / median round wall; decode GB/s = the weights "
-                    f"and K/V a decode step must read, over the last round's decode time, and its fraction of the "
-                    f"device's measured copy rate (engines that count their bytes); skipped and failed rows say "
-                    f"why.\n")
+    lines.insert(0, f"Hardware: {hw}. Decode tok/s = the median over rounds of a round's decoded tokens / its wall; "
+                    f"decode GB/s = the weights and K/V a decode step must read, over the last round's decode time, "
+                    f"and its fraction of the device's measured copy rate (engines that count their bytes); skipped "
+                    f"and failed rows say why.\n")
     return "\n".join(lines) + "\n"
 
 

@@ -18,22 +18,31 @@ def encode(tok, problem: str) -> list[int]:
                                         tokenize=True, return_dict=False))
 
 
-def select(tok, workload: dict, dataset_dir: str) -> tuple[list[list[int]], list[list[int]]]:
-    """(measured prompts, warm-up prompts): the first n_prompts in the length window after the shuffle."""
+def select(tok, workload: dict, dataset_dir: str) -> tuple[list[list[list[int]]], list[list[int]]]:
+    """(each timed round's prompts, warm-up prompts): after the shuffle, the prompts in the length window, n_prompts
+    a round for `rounds` rounds, then the warm-up's. No prompt is sent twice: an engine that caches prefixes across
+    calls (vLLM's prefix caching, transformers' block sharing, both on by default) would otherwise skip the prefill
+    of every round after the first, which a GRPO step, whose prompts are new, does not get to do."""
     lo, hi = workload["prompt_tokens"]
-    n = workload["n_prompts"]
+    n, rounds, n_warm = workload["n_prompts"], workload["rounds"], workload["warmup_prompts"]
+    need = n * rounds + n_warm
     ds = dataset.load(dataset_dir).shuffle(seed=workload["shuffle_seed"])
     picked = []
     for problem in ds["prompt"]:
         ids = encode(tok, problem)
         if lo <= len(ids) <= hi:
             picked.append(ids)
-            if len(picked) == n:
+            if len(picked) == need:
                 break
-    if len(picked) < n:
-        raise ValueError(f"workload.n_prompts={n} but only {len(picked)} prompts of the dataset have "
-                         f"{lo}..{hi} tokens; widen workload.prompt_tokens or lower n_prompts")
-    return picked, picked[: workload["warmup_prompts"]]
+    if len(picked) < need:
+        job = f"case {workload['case']!r} at batch size {workload['batch_size']}" if "case" in workload else "the job"
+        raise ValueError(
+            f"{job} sends {need} distinct prompts (n_prompts={n} a round, null meaning batch_size / "
+            f"num_generations, x workload.rounds={rounds}, plus warmup_prompts={n_warm}) but only {len(picked)} "
+            f"prompts of dataset {workload.get('dataset', dataset_dir)!r} have {lo}..{hi} tokens; widen "
+            f"prompt_tokens (workload's, or the case's own), give the dataset more problems (dataset.n_problems for "
+            f"the synthetic one), or lower the case's batch_sizes, workload.rounds or workload.warmup_prompts")
+    return [picked[r * n:(r + 1) * n] for r in range(rounds)], picked[n * rounds:]
 
 
 def decode(tok, ids: list[int]) -> str:
