@@ -85,7 +85,12 @@ def runner():
     return ModelRunner(model, EngineConfig(max_batch=4, max_seq_len=4 * P, page_size=P, num_pages=12))
 
 
-def test_decode_block_mask_consistent_with_mask_mod(runner):
+@pytest.mark.parametrize("sms", [None, 132])
+def test_decode_block_mask_consistent_with_mask_mod(runner, sms):
+    """Off CUDA (sms None) the pages before the current one are full blocks and the current one partial.
+    On a GPU of 132 SMs a 4-row bucket over 2 KV heads splits its K/V (SPLIT_KV 32), and then every page
+    of the row is listed as partial, in its logical order, and none as full."""
+    runner.sms = sms
     pt = runner.pages
     slots = [pt.alloc_slot() for _ in range(3)]
     lengths = [5, 2 * P + 1, 3 * P]  # last one starts a fresh page
@@ -98,22 +103,44 @@ def test_decode_block_mask_consistent_with_mask_mod(runner):
     for s, slot in zip(seqs, slots):
         s.slot = slot
     runner.set_rows(seqs, 4)  # row 3 is padding
-    mask, addr = runner.decode_inputs(4)
+    try:
+        assert runner.kv_splits(4, 2) == (1 if sms is None else 32)
+        mask, addr = runner.decode_inputs(4)
+    finally:
+        runner.sms = None
     dense = mask.mask_mod(torch.arange(4)[:, None], 0, 0, torch.arange(runner.kv_len)[None, :])  # [4, KV]
+    assert (mask.full_kv_num_blocks is None) == (sms is not None)
     for row in range(4):
         pos = seqs[row].num_tokens - 1 if row < 3 else 0
+        slot = slots[row] if row < 3 else 0
         on = dense[row].view(-1, P)  # [pages, P]
-        n_full = int(mask.full_kv_num_blocks[row, 0, 0])
-        full = mask.full_kv_indices[row, 0, 0, :n_full].tolist()
-        partial = int(mask.kv_indices[row, 0, 0, 0])
-        assert set(on.any(1).nonzero()[:, 0].tolist()) <= set(full) | {partial}
+        listed = mask.kv_indices[row, 0, 0, :int(mask.kv_num_blocks[row, 0, 0])].tolist()
+        if sms is None:
+            full = mask.full_kv_indices[row, 0, 0, :int(mask.full_kv_num_blocks[row, 0, 0])].tolist()
+            assert listed == [int(pt.table[slot, pos // P])]
+            assert on[listed[0]].nonzero()[:, 0].tolist() == list(range(pos % P + 1))
+        else:
+            full = []
+            assert listed == pt.table[slot, :pos // P + 1].tolist()
+        assert set(on.any(1).nonzero()[:, 0].tolist()) <= set(full) | set(listed)
         assert all(on[p].all() for p in full), "a full block must be wholly unmasked"
-        assert on[partial].nonzero()[:, 0].tolist() == list(range(pos % P + 1))
         assert int(dense[row].sum()) == pos + 1
-        assert int(addr[row]) == partial * P + pos % P
+        assert int(addr[row]) == int(pt.table[slot, pos // P]) * P + pos % P
     for s in slots:
         pt.free_slot(s)
     pt.check()
+
+
+def test_kv_splits_follow_inductors_rule_and_the_options():
+    model = random_model.build("qwen3-tiny", seed=0)
+    runner = ModelRunner(model, EngineConfig(max_batch=4, max_seq_len=4 * P, page_size=P, num_pages=12))
+    assert runner.sms is None and runner.kv_splits(8, 8) == 1  # off CUDA: no kernel to split
+    runner.sms = 132  # an H200
+    # two CTAs an SM over the (row, KV head) pairs, none once the pairs outnumber the SMs
+    assert [runner.kv_splits(b, 8) for b in (8, 16, 32, 64)] == [4, 2, 1, 1]
+    assert runner.kv_splits(64, 1) == 4 and runner.kv_splits(256, 1) == 1  # Gemma-4 E2B's one KV head
+    runner.decode_opts = {"BLOCK_N": 64, "SPLIT_KV": 3}
+    assert runner.kv_splits(64, 8) == 3
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

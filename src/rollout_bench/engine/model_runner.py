@@ -133,6 +133,7 @@ class ModelRunner:
         # are special to it): compiled, bucket 1 runs as bucket 2 with one padding row.
         self.buckets = tuple(b for b in cfg.buckets if not (compile_on and b == 1 and cfg.max_batch > 1))
         self.decode_opts = (dict(cfg.decode_kernel_options) or None) if on_cuda else None
+        self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count if on_cuda else None
         head_dims = sorted({p.head_dim for p in self.plan})
         opts, self.q_block = fa4.prefill_options(cfg.fa4_prefill, self.device, cfg.prefill_kernel_options, head_dims)
         self.fa4_reason = fa4.why_not(cfg.fa4_prefill, self.device, head_dims)  # None: FA4 runs the prefill
@@ -233,18 +234,31 @@ class ModelRunner:
         return lm_logits(self.lm, self.lm.model.norm(h))
 
     # decode
+    def kv_splits(self, b: int, kv_heads: int) -> int:
+        """SPLIT_KV of a b-row decode call over kv_heads KV heads: the decode options' own, else Inductor's
+        rule (flex_decoding.get_split_k: two CTAs an SM over the b x kv_heads pairs), passed to the kernel
+        explicitly so that the BlockMask's layout (decode_inputs) and the kernel agree. 1 off CUDA."""
+        if self.sms is None:
+            return 1
+        return (self.decode_opts or {}).get("SPLIT_KV") or max(self.sms // (b * kv_heads) * 2, 1)
+
     def decode_inputs(self, b: int, window: int | None = None, q_rows: int = 1) -> tuple[BlockMask, torch.Tensor]:
         """The physical BlockMask (of layers with this sliding window and query rows) and KV write
-        addresses [b] of the first b rows."""
+        addresses [b] of the first b rows; every page partial where one of those layers' kernels splits
+        the K/V (masks.decode_block_mask)."""
         table = self.pages.table_dev[self.slot[:b]]  # [b, W] logical -> physical page
+        split = any(self.kv_splits(b, p.kv_heads) > 1
+                    for p, g in zip(self.plan, self.q_rows) if (p.window, g) == (window, q_rows))
         return masks.decode_block_mask(table, self.pos[:b], self.P, self.ones[:b], self.decode_masks[window],
-                                       self.kv_len, window, q_rows)
+                                       self.kv_len, window, q_rows, split)
 
     def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: BlockMask,
                i: int) -> torch.Tensor:
         """Layer i's decode attention: q [b, Hq, 1, D] over the pool [1, Hkv, N*P, D] -> [b, Hq, 1, D]."""
         plan, G = self.plan[i], self.q_rows[i]
         opts = self.layer_options(self.decode_opts, "decode", plan)
+        if self.sms is not None:
+            opts = {**(opts or {}), "SPLIT_KV": self.kv_splits(q.shape[0], plan.kv_heads)}
         if G == 1:
             return self.attn_decode(q, k_cache, v_cache, mask, plan.scale, opts)
         # Query head h reads KV head h // G (HF's repeat_kv), so each KV head's G query heads are a view:
