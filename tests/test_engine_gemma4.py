@@ -277,9 +277,11 @@ def test_fa4_refuses_head_dim_512_and_the_reason_is_recorded(setting, model):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_compiled_graphs_pass_the_gate_on_gpu(prompts):
+@pytest.mark.parametrize("split_kv", [None, 1])  # every page partial (the kernel splits); full blocks
+def test_compiled_graphs_pass_the_gate_on_gpu(prompts, split_kv):
     model = gemma4().cuda()
-    engine = small_engine(model, capture_all=False, decode_kernel_options={"BLOCK_N": PAGE})
+    opts = {"BLOCK_N": PAGE} if split_kv is None else {"BLOCK_N": PAGE, "SPLIT_KV": split_kv}
+    engine = small_engine(model, capture_all=False, decode_kernel_options=opts)
     assert engine.runner.graphs_on
     result = correctness.check(engine, model, prompts, MAX_NEW, correctness.LOGIT_TOL["float32"])
     assert result["passed"], result

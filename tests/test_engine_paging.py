@@ -141,6 +141,9 @@ def test_kv_splits_follow_inductors_rule_and_the_options():
     assert runner.kv_splits(64, 1) == 4 and runner.kv_splits(256, 1) == 1  # Gemma-4 E2B's one KV head
     runner.decode_opts = {"BLOCK_N": 64, "SPLIT_KV": 3}
     assert runner.kv_splits(64, 8) == 3
+    for main_kernel in ({"BACKEND": "TRITON"}, {"BACKEND": "FLASH"}, {"FORCE_USE_FLEX_ATTENTION": True}):
+        runner.decode_opts = main_kernel  # flex's main kernel does not split
+        assert runner.kv_splits(8, 8) == 1
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -75,9 +75,11 @@ def decode_block_mask(table: torch.Tensor, pos: torch.Tensor, P: int, ones: torc
 
     split: the decode kernel splits each row's K/V over several CTAs (SPLIT_KV > 1). Then every visible
     page is listed as partial and none as full: with full blocks, Inductor's flex-decoding kernel cuts
-    the pool's whole length (KV_LEN, not the row's) into SPLIT_KV tiles, so all of a row's full pages
-    land in one CTA and the other splits idle; with partial blocks only, it cuts the row's own pages
-    (torch 2.11 flex_decode.py.jinja, TILE_KV_OG). The price is the mask_mod on every key.
+    the pool's whole length (KV_LEN, not the row's) into SPLIT_KV tiles and hands the full blocks out
+    from the last split, so while a row's full pages fit in KV_LEN / SPLIT_KV they all land in the last
+    CTA, its current page in the first, and the splits between idle; with partial blocks only, it cuts
+    the row's own pages (torch 2.11 flex_decode.py.jinja, TILE_KV_OG). The price is the mask_mod on
+    every key.
     """
     assert q_len <= P, (q_len, P)
     b, W = table.shape

@@ -236,11 +236,13 @@ class ModelRunner:
     # decode
     def kv_splits(self, b: int, kv_heads: int) -> int:
         """SPLIT_KV of a b-row decode call over kv_heads KV heads: the decode options' own, else Inductor's
-        rule (flex_decoding.get_split_k: two CTAs an SM over the b x kv_heads pairs), passed to the kernel
-        explicitly so that the BlockMask's layout (decode_inputs) and the kernel agree. 1 off CUDA."""
-        if self.sms is None:
+        rule (flex_decoding.get_split_k: floor(SMs / (b * kv_heads)) * 2, at least 1), passed to the kernel
+        explicitly so that the BlockMask's layout (decode_inputs) and the kernel agree. 1 off CUDA, and
+        where the options force flex's main kernel, which does not split."""
+        opts = self.decode_opts or {}
+        if self.sms is None or opts.get("FORCE_USE_FLEX_ATTENTION") or opts.get("BACKEND") in ("TRITON", "FLASH"):
             return 1
-        return (self.decode_opts or {}).get("SPLIT_KV") or max(self.sms // (b * kv_heads) * 2, 1)
+        return opts.get("SPLIT_KV") or max(self.sms // (b * kv_heads) * 2, 1)
 
     def decode_inputs(self, b: int, window: int | None = None, q_rows: int = 1) -> tuple[BlockMask, torch.Tensor]:
         """The physical BlockMask (of layers with this sliding window and query rows) and KV write
