@@ -22,8 +22,8 @@ class KVCache:
             data = torch.zeros(len(members), 2, 1, H, num_pages * page_size, D, dtype=dtype, device=device)
             self.groups.append(data)
             pairs.update({i: data[j] for j, i in enumerate(members)})
-        # per layer, its store's K and V as one [2, 1, H, N*P, D] tensor (the new K/V are written through it)
-        # and as the two [1, H, N*P, D] views attention reads
+        # per layer, its store's K and V as one [2, 1, H, N*P, D] tensor (the runner writes and attends through
+        # it), and as two [1, H, N*P, D] views (the traffic count and diagnostics read those)
         self.pairs = [pairs[source[i]] for i in range(len(shapes))]
         self.layers = [(kv[0], kv[1]) for kv in self.pairs]
         self.stores = stores

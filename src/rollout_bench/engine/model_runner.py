@@ -28,11 +28,13 @@ from .sequence import Sequence
 def pre_attention_writing(pre, layer, h, cos, sin, project_qkv, w_qkv, kv, addr, rows_first: bool):
     """arch.pre_attention (norm, projections, RoPE), then the layer's new K/V written into its pages: kv
     [2, 1, Hkv, N*P, D] at addr [n]; none for a KV-sharing layer (k None). rows_first: decode's k [b, Hkv, 1, D]
-    (one token a row), else prefill's [1, Hkv, T, D]. One index_put on the whole K/V pair: compiled, Inductor
-    writes just the new rows, in place, in one kernel. Written into the K and V views (index_copy_, or any
-    slice of the pair), the compiled code went over the whole pair each call (torch 2.13 on CPU, a 32 MB
-    pair: 3.9-20 ms against 0.14 ms), which is why the write used to stay outside the compiled code: two
-    index_copy kernels a layer, 0.20 ms of the 4B's 4.21 ms step at B = 8 (h200-2026-12-03-session14)."""
+    (one token a row), else prefill's [1, Hkv, T, D]. One index_put on the whole K/V pair: compiled (torch 2.13
+    on CPU; not yet checked on CUDA), Inductor writes just the new rows, in place, in one kernel. Written
+    through kv[0] and kv[1] (index_copy_ into the K and V views), the compiled code went over the whole pair
+    each call (a 32 MB pair: 3.9-20 ms against 0.14 ms), which is why the write used to stay outside the
+    compiled code, as two index_copy kernels a layer: 0.20 ms of the 4B's 4.21 ms step at B = 8
+    (h200-2026-12-03-session14). What this form costs on the GPU is not measured yet. Nothing in here may
+    read kv after the write: Inductor would then copy the pair instead of writing in place."""
     q, k, v = pre(layer, h, cos, sin, project_qkv, w_qkv)
     if k is not None:
         new = torch.stack((k, v))  # [2, N, Hkv, T, D]
@@ -196,7 +198,7 @@ class ModelRunner:
         self.prefill_masks = {w: masks.prefill_mask_mod(self.doc_start, w) for w in self.windows}
 
     def layer_steps(self):
-        """(layer, plan, the K/V pair [2, 1, Hkv, N*P, D] it reads, fused weights, its index) per decoder layer."""
+        """(layer, plan, the K/V pair [2, 1, Hkv, N*P, D] it reads and writes, fused weights, its index) per layer."""
         return zip(self.layers, self.plan, self.kv.pairs, self.fused, range(len(self.layers)))
 
     # prefill
