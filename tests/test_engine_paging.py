@@ -269,3 +269,24 @@ def test_compiled_kv_write_touches_only_the_new_rows():
             torch.set_num_threads(threads)
         best[num_pages] = min(walls)
     assert best[16384] < 4 * best[1024], best
+
+
+def test_compiled_layers_greedy_match_hf():
+    """The layer code compiled as on CUDA (pre-attention with its K/V write, post-attention; Inductor on the CPU),
+    attention on the dense path (Inductor's CPU flex template does not compile here, torch 2.13): greedy equals
+    HF's through prefill and decode."""
+    from rollout_bench.engine import Engine
+    from rollout_bench.workload import Sampling
+
+    model = random_model.build("qwen3-tiny", seed=0, tie_word_embeddings=False)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 4096, (int(k),), generator=g).tolist() for k in torch.randint(3, 40, (5,), generator=g)]
+    engine = Engine(model, EngineConfig(max_batch=8, max_seq_len=96, page_size=P, decode_chunk=4, decode_chunk_no_eos=4,
+                                        num_pages=24, capture_all=False, compile=True, cuda_graphs=False))
+    engine.runner.attn_decode = engine.runner.attn_prefill = dense_attention
+    outs = engine.generate(prompts, Sampling(), 12, ignore_eos=True)
+    with torch.no_grad():
+        for p, o in zip(prompts, outs):
+            ref = model.generate(torch.tensor([p]), max_new_tokens=12, min_new_tokens=12, do_sample=False,
+                                 pad_token_id=0)[0, len(p):].tolist()
+            assert o.token_ids == ref
