@@ -28,12 +28,13 @@ from .sequence import Sequence
 def pre_attention_writing(pre, layer, h, cos, sin, project_qkv, w_qkv, kv, addr, rows_first: bool):
     """arch.pre_attention (norm, projections, RoPE), then the layer's new K/V written into its pages: kv
     [2, 1, Hkv, N*P, D] at addr [n]; none for a KV-sharing layer (k None). rows_first: decode's k [b, Hkv, 1, D]
-    (one token a row), else prefill's [1, Hkv, T, D]. One index_put on the whole K/V pair: compiled (torch 2.13
-    on CPU; not yet checked on CUDA), Inductor writes just the new rows, in place, in one kernel. Written
+    (one token a row), else prefill's [1, Hkv, T, D]. One index_put on the whole K/V pair: compiled, Inductor
+    writes just the new rows, in place, in one kernel (checked on CPU, torch 2.13). Written
     through kv[0] and kv[1] (index_copy_ into the K and V views), the compiled code went over the whole pair
     each call (a 32 MB pair: 3.9-20 ms against 0.14 ms), which is why the write used to stay outside the
     compiled code, as two index_copy kernels a layer: 0.20 ms of the 4B's 4.21 ms step at B = 8
-    (h200-2026-12-03-session14). What this form costs on the GPU is not measured yet. Nothing in here may
+    (h200-2026-12-03-session14). In this form the 4B's step fell from 4.11 to 3.97 ms at B = 8 and from 5.23
+    to 5.09 ms at B = 64, one kernel a layer fewer (h200-2026-12-03-session15). Nothing in here may
     read kv after the write: Inductor would then copy the pair instead of writing in place."""
     q, k, v = pre(layer, h, cos, sin, project_qkv, w_qkv)
     if k is not None:
