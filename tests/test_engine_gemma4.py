@@ -206,9 +206,11 @@ def test_lora_double_copy_passes_the_gate_and_refreshes_from_pristine(prompts):
     assert sha256(lora.live.items()) == merged and sha256(lora.pristine.items()) == pristine
 
 
-def test_sliding_decode_block_mask_consistent_with_mask_mod():
+@pytest.mark.parametrize("split", [False, True])
+def test_sliding_decode_block_mask_consistent_with_mask_mod(split):
     """The window's BlockMask: every visible key lies in a listed block, full blocks are wholly
-    visible (the kernel skips their mask_mod), and exactly the window's keys are visible."""
+    visible (the kernel skips their mask_mod), and exactly the window's keys are visible. Split (the
+    kernel splits the K/V): no full blocks, and the partial ones are the window's pages in order."""
     P, W, window = 16, 8, 40
     num_pages = 3 * W + 1  # page 0 stays the padding page
     g = torch.Generator().manual_seed(0)
@@ -221,13 +223,18 @@ def test_sliding_decode_block_mask_consistent_with_mask_mod():
         pos = torch.tensor(pos_row)
         mod = masks.decode_mask_mod(slot, pos, logical, P, window)
         mask, addr = masks.decode_block_mask(table, pos, P, torch.ones(3, 1, 1, dtype=torch.int32), mod,
-                                             num_pages * P, window)
+                                             num_pages * P, window, split=split)
+        assert (mask.full_kv_num_blocks is None) == split
         dense = mod(torch.arange(3)[:, None], 0, 0, torch.arange(num_pages * P)[None, :])  # [3, KV]
         for r in range(3):
             p = int(pos[r])
             on = dense[r].view(num_pages, P)
-            full = mask.full_kv_indices[r, 0, 0, :int(mask.full_kv_num_blocks[r, 0, 0])].tolist()
             partial = mask.kv_indices[r, 0, 0, :int(mask.kv_num_blocks[r, 0, 0])].tolist()
+            if split:
+                full = []
+                assert partial == table[r, max(p - window + 1, 0) // P:p // P + 1].tolist()
+            else:
+                full = mask.full_kv_indices[r, 0, 0, :int(mask.full_kv_num_blocks[r, 0, 0])].tolist()
             assert set(on.any(1).nonzero()[:, 0].tolist()) <= set(full) | set(partial)
             assert all(on[b].all() for b in full) and not set(full) & set(partial)
             assert int(dense[r].sum()) == min(p + 1, window)
@@ -262,14 +269,19 @@ def test_fa4_refuses_head_dim_512_and_the_reason_is_recorded(setting, model):
         assert fa4.why_not(setting, "cuda", [256]) is None
     from rollout_bench.backends import flex
 
-    assert flex.Generator(spec=None, engine=small_engine(model)).info()["fa4_prefill"] == "triton (no CUDA device)"
+    gen = flex.Generator(spec=None, engine=small_engine(model))
+    info = gen.info()
+    assert info["fa4_prefill"] == "triton (no CUDA device)"
+    assert info["decode_kv_splits"] == {str(b): 1 for b in gen.engine.runner.buckets}  # no kernel splits off CUDA
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_compiled_graphs_pass_the_gate_on_gpu(prompts):
+@pytest.mark.parametrize("split_kv", [None, 1])  # every page partial (the kernel splits); full blocks
+def test_compiled_graphs_pass_the_gate_on_gpu(prompts, split_kv):
     model = gemma4().cuda()
-    engine = small_engine(model, capture_all=False, decode_kernel_options={"BLOCK_N": PAGE})
+    opts = {"BLOCK_N": PAGE} if split_kv is None else {"BLOCK_N": PAGE, "SPLIT_KV": split_kv}
+    engine = small_engine(model, capture_all=False, decode_kernel_options=opts)
     assert engine.runner.graphs_on
     result = correctness.check(engine, model, prompts, MAX_NEW, correctness.LOGIT_TOL["float32"])
     assert result["passed"], result

@@ -1,6 +1,7 @@
-"""The compiled + CUDA-graph path on a GPU (tiny Qwen3, float32): greedy identical to HF, graph
-replays equal to the uncompiled eager path for sampled GRPO groups under preemption; a GQA ratio of 3
-(tiny Llama) decoding through the flex-decoding kernel."""
+"""The compiled + CUDA-graph path on a GPU (tiny Qwen3, float32): greedy identical to HF with either decode
+BlockMask layout (split K/V, one tile or several a split; full blocks), graph replays equal to the uncompiled
+eager path for sampled GRPO groups under preemption; a GQA ratio of 3 (tiny Llama) decoding through the
+flex-decoding kernel."""
 import pytest
 import torch
 
@@ -29,10 +30,17 @@ def config(**kw):
     return EngineConfig(**{**base, **kw})
 
 
-def test_graphs_greedy_match_hf(model):
+@pytest.mark.parametrize("split_kv", [None, 2, 1])
+def test_graphs_greedy_match_hf(model, split_kv):
+    """Both decode layouts: at 2 KV heads and up to 8 rows Inductor's rule splits the K/V (every page
+    partial, masks.decode_block_mask) into 16 or more splits of one tile; SPLIT_KV 2 walks several tiles
+    a split, across pages, through the index list; SPLIT_KV 1 keeps the earlier pages as full blocks."""
     ps = prompts()
-    engine = Engine(model, config())
+    opts = {"BLOCK_N": P} if split_kv is None else {"BLOCK_N": P, "SPLIT_KV": split_kv}
+    engine = Engine(model, config(decode_kernel_options=opts))
     assert engine.runner.graphs_on
+    mask, _ = engine.runner.decode_inputs(8)
+    assert (mask.full_kv_num_blocks is None) == (split_kv != 1) == (engine.runner.kv_splits(8, 2) > 1)
     outs = engine.generate(ps, Sampling(), 24, ignore_eos=True)
     assert engine.scheduler.preemptions > 0
     with torch.no_grad():

@@ -85,7 +85,12 @@ def runner():
     return ModelRunner(model, EngineConfig(max_batch=4, max_seq_len=4 * P, page_size=P, num_pages=12))
 
 
-def test_decode_block_mask_consistent_with_mask_mod(runner):
+@pytest.mark.parametrize("sms", [None, 132])
+def test_decode_block_mask_consistent_with_mask_mod(runner, sms):
+    """Off CUDA (sms None) the pages before the current one are full blocks and the current one partial.
+    On a GPU of 132 SMs a 4-row bucket over 2 KV heads splits its K/V (SPLIT_KV 32), and then every page
+    of the row is listed as partial, in its logical order, and none as full."""
+    runner.sms = sms
     pt = runner.pages
     slots = [pt.alloc_slot() for _ in range(3)]
     lengths = [5, 2 * P + 1, 3 * P]  # last one starts a fresh page
@@ -98,22 +103,47 @@ def test_decode_block_mask_consistent_with_mask_mod(runner):
     for s, slot in zip(seqs, slots):
         s.slot = slot
     runner.set_rows(seqs, 4)  # row 3 is padding
-    mask, addr = runner.decode_inputs(4)
+    try:
+        assert runner.kv_splits(4, 2) == (1 if sms is None else 32)
+        mask, addr = runner.decode_inputs(4)
+    finally:
+        runner.sms = None
     dense = mask.mask_mod(torch.arange(4)[:, None], 0, 0, torch.arange(runner.kv_len)[None, :])  # [4, KV]
+    assert (mask.full_kv_num_blocks is None) == (sms is not None)
     for row in range(4):
         pos = seqs[row].num_tokens - 1 if row < 3 else 0
+        slot = slots[row] if row < 3 else 0
         on = dense[row].view(-1, P)  # [pages, P]
-        n_full = int(mask.full_kv_num_blocks[row, 0, 0])
-        full = mask.full_kv_indices[row, 0, 0, :n_full].tolist()
-        partial = int(mask.kv_indices[row, 0, 0, 0])
-        assert set(on.any(1).nonzero()[:, 0].tolist()) <= set(full) | {partial}
+        listed = mask.kv_indices[row, 0, 0, :int(mask.kv_num_blocks[row, 0, 0])].tolist()
+        if sms is None:
+            full = mask.full_kv_indices[row, 0, 0, :int(mask.full_kv_num_blocks[row, 0, 0])].tolist()
+            assert listed == [int(pt.table[slot, pos // P])]
+            assert on[listed[0]].nonzero()[:, 0].tolist() == list(range(pos % P + 1))
+        else:
+            full = []
+            assert listed == pt.table[slot, :pos // P + 1].tolist()
+        assert set(on.any(1).nonzero()[:, 0].tolist()) <= set(full) | set(listed)
         assert all(on[p].all() for p in full), "a full block must be wholly unmasked"
-        assert on[partial].nonzero()[:, 0].tolist() == list(range(pos % P + 1))
         assert int(dense[row].sum()) == pos + 1
-        assert int(addr[row]) == partial * P + pos % P
+        assert int(addr[row]) == int(pt.table[slot, pos // P]) * P + pos % P
     for s in slots:
         pt.free_slot(s)
     pt.check()
+
+
+def test_kv_splits_follow_inductors_rule_and_the_options():
+    model = random_model.build("qwen3-tiny", seed=0)
+    runner = ModelRunner(model, EngineConfig(max_batch=4, max_seq_len=4 * P, page_size=P, num_pages=12))
+    assert runner.sms is None and runner.kv_splits(8, 8) == 1  # off CUDA: no kernel to split
+    runner.sms = 132  # an H200
+    # two CTAs an SM over the (row, KV head) pairs, none once the pairs outnumber the SMs
+    assert [runner.kv_splits(b, 8) for b in (8, 16, 32, 64)] == [4, 2, 1, 1]
+    assert runner.kv_splits(64, 1) == 4 and runner.kv_splits(256, 1) == 1  # Gemma-4 E2B's one KV head
+    runner.decode_opts = {"BLOCK_N": 64, "SPLIT_KV": 3}
+    assert runner.kv_splits(64, 8) == 3
+    for main_kernel in ({"BACKEND": "TRITON"}, {"BACKEND": "FLASH"}, {"FORCE_USE_FLEX_ATTENTION": True}):
+        runner.decode_opts = main_kernel  # flex's main kernel does not split
+        assert runner.kv_splits(8, 8) == 1
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -192,3 +222,71 @@ def test_prefill_block_mask_covers_document_causal_mask():
     needed = dense.view(3, 128, 6, 64).any(3).any(1)  # [q blocks, kv blocks]
     assert not (needed & ~listed).any(), "a needed block is missing"
     assert dense.sum(1).min() >= 1  # every row, padding included, sees at least itself
+
+
+def test_compiled_kv_write_touches_only_the_new_rows():
+    """pre_attention_writing compiled (as on CUDA) writes the same K/V as eager, in place, in decode and prefill
+    shapes and on a layer past the first (its pair a view at an offset), and its time does not grow with the
+    pool: the same call on a pool 16x larger stays within a few times the small pool's (a compiled write that
+    went over the whole pair, as index_copy_ into the K and V views did, takes ~16x)."""
+    import time
+
+    from rollout_bench.engine.model_runner import pre_attention_writing
+
+    model = random_model.build("qwen3-tiny", seed=0)
+    compiled = torch.compile(pre_attention_writing, dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    shapes = ((False, torch.randn(1, 4, 64, generator=g), [0, 1, 2, 3], [96, 97, 98, 99]),
+              (True, torch.randn(3, 1, 64, generator=g), [5, 17, 30], [20, 40, 70]))
+    best = {}
+    threads = torch.get_num_threads()
+    for num_pages in (1024, 16384):  # the second layer's pair: 4 MB, then 67 MB
+        runner = ModelRunner(model, EngineConfig(max_batch=4, max_seq_len=4 * P, page_size=P, num_pages=num_pages,
+                                                 compile=False))
+        layer, plan, kv, (w_qkv, _), _ = list(runner.layer_steps())[1]
+        assert kv.storage_offset() > 0
+        cos, sin = runner.rope[plan.rope]
+        for rows_first, h, pos, addr in shapes:
+            pos, addr = torch.tensor(pos), torch.tensor(addr)
+            rope = (cos[pos][:, None], sin[pos][:, None]) if rows_first else (cos[pos][None], sin[pos][None])
+            args = (runner.arch.pre_attention, layer, h, *rope, runner.project_qkv, w_qkv)
+            ref = kv.clone()
+            want = pre_attention_writing(*args, ref, addr, rows_first)
+            with torch.no_grad():
+                got = compiled(*args, kv, addr, rows_first)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(kv, ref)
+            assert kv[:, 0, :, addr].abs().sum() > 0
+        walls = []
+        torch.set_num_threads(1)  # the tiny GEMMs stall when two threads share an oversubscribed CPU
+        try:
+            for _ in range(7):  # the decode shape, the last of `shapes`
+                t = time.perf_counter()
+                with torch.no_grad():
+                    compiled(*args, kv, addr, rows_first)
+                walls.append(time.perf_counter() - t)
+        finally:
+            torch.set_num_threads(threads)
+        best[num_pages] = min(walls)
+    assert best[16384] < 4 * best[1024], best
+
+
+def test_compiled_layers_greedy_match_hf():
+    """The layer code compiled as on CUDA (pre-attention with its K/V write, post-attention; Inductor on the CPU),
+    attention on the dense path (Inductor's CPU flex template does not compile here, torch 2.13): greedy equals
+    HF's through prefill and decode."""
+    from rollout_bench.engine import Engine
+    from rollout_bench.workload import Sampling
+
+    model = random_model.build("qwen3-tiny", seed=0, tie_word_embeddings=False)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 4096, (int(k),), generator=g).tolist() for k in torch.randint(3, 40, (5,), generator=g)]
+    engine = Engine(model, EngineConfig(max_batch=8, max_seq_len=96, page_size=P, decode_chunk=4, decode_chunk_no_eos=4,
+                                        num_pages=24, capture_all=False, compile=True, cuda_graphs=False))
+    engine.runner.attn_decode = engine.runner.attn_prefill = dense_attention
+    outs = engine.generate(prompts, Sampling(), 12, ignore_eos=True)
+    with torch.no_grad():
+        for p, o in zip(prompts, outs):
+            ref = model.generate(torch.tensor([p]), max_new_tokens=12, min_new_tokens=12, do_sample=False,
+                                 pad_token_id=0)[0, len(p):].tolist()
+            assert o.token_ids == ref

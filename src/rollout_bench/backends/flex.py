@@ -79,6 +79,10 @@ class Generator:
                 "fa4_prefill": "FLASH" if (why := self.engine.runner.fa4_reason) is None else f"triton ({why})",
                 # per head dim, the Triton tiles that replaced the ones asked for, to fit shared memory (smem.fit)
                 "kernel_tiles": self.engine.runner.kernel_tiles(),
+                # per bucket, the most KV splits a layer's decode kernel runs at; > 1: every page a partial block
+                "decode_kv_splits": {str(b): max(self.engine.runner.kv_splits(b, p.kv_heads)
+                                                 for p in self.engine.runner.plan)
+                                     for b in self.engine.runner.buckets},
                 "last_round": getattr(self, "last_call", None),
                 "bandwidth": self.bandwidth()}
 

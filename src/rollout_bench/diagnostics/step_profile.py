@@ -7,7 +7,7 @@ host code, so nothing in its profile says which call launched a kernel. Each ker
 instead from one eager step profiled with the step's attention, BlockMask and sampler calls named
 (`scoped`): a kernel launched inside one of those scopes is of its class, any other is GEMM by its library
 name (cuBLAS's nvjet/xmma/splitK, CUTLASS, aten's mm on CPU) or else norm/rotary/elementwise (RMSNorm,
-RoPE, SiLU·mul, the KV cache's index_copy, casts). Inductor's generated names need no guessing. A name
+RoPE, SiLU·mul, the KV cache's write, casts). Inductor's generated names need no guessing. A name
 the eager step did not launch (cuBLAS may pick another kernel under capture) falls back to its library
 name, and is listed. Gaps: the profiled window over the steps minus the union of the kernels' intervals.
 """

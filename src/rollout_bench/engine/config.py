@@ -6,7 +6,9 @@ KERNEL_OPTION_KEYS = frozenset({
     "num_warps", "num_stages", "BLOCK_M", "BLOCK_N", "BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2",
     "PRESCALE_QK", "ROWS_GUARANTEED_SAFE", "BLOCKS_ARE_CONTIGUOUS", "WRITE_DQ", "FORCE_USE_FLEX_ATTENTION",
     "USE_TMA", "BACKEND", "fwd_num_warps", "fwd_num_stages", "fwd_BLOCK_M", "fwd_BLOCK_N",
-    "SPLIT_KV",  # flex-decoding only: KV splits per (row, kv head); Inductor picks 1 once B*Hkv >= #SMs/2
+    # flex-decoding only: KV splits per (row, KV head); unset, ModelRunner.kv_splits passes Inductor's rule. Above 1,
+    # decode_block_mask also lists every page as partial
+    "SPLIT_KV",
 })
 
 

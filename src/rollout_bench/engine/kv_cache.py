@@ -15,14 +15,17 @@ class KVCache:
         # [1, H, N*P, D] view, the batch-1 key/value that every decode row's physical BlockMask indexes
         # into; a page copy is then one op per group. Llama/Qwen3 have one group of all layers.
         self.groups: list[torch.Tensor] = []
-        views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        pairs: dict[int, torch.Tensor] = {}
         for shape in dict.fromkeys(shapes[i] for i in stores):
             members = [i for i in stores if shapes[i] == shape]
             H, D = shape
             data = torch.zeros(len(members), 2, 1, H, num_pages * page_size, D, dtype=dtype, device=device)
             self.groups.append(data)
-            views.update({i: (data[j, 0], data[j, 1]) for j, i in enumerate(members)})
-        self.layers = [views[source[i]] for i in range(len(shapes))]
+            pairs.update({i: data[j] for j, i in enumerate(members)})
+        # per layer, its store's K and V as one [2, 1, H, N*P, D] tensor (the runner writes and attends through
+        # it), and as two [1, H, N*P, D] views (the traffic count and diagnostics read those)
+        self.pairs = [pairs[source[i]] for i in range(len(shapes))]
+        self.layers = [(kv[0], kv[1]) for kv in self.pairs]
         self.stores = stores
 
     @staticmethod

@@ -65,18 +65,36 @@ def prefill_block_mask(doc_start: torch.Tensor, q_block: int, kv_block: int, mas
 
 
 def decode_block_mask(table: torch.Tensor, pos: torch.Tensor, P: int, ones: torch.Tensor, mask_mod, kv_len: int,
-                      window: int | None = None, q_len: int = 1) -> tuple[BlockMask, torch.Tensor]:
+                      window: int | None = None, q_len: int = 1,
+                      split: bool = False) -> tuple[BlockMask, torch.Tensor]:
     """The physical BlockMask of b decode rows and the KV write addresses [b].
 
     table [b, W]: logical -> physical page of each row's sequence; pos [b]: the position written;
     ones [b, 1, 1] int32; q_len: query rows per head (<= P: one Q block), all of them the row's one
     new token. Static shapes only (it runs inside a captured CUDA graph).
+
+    split: the decode kernel splits each row's K/V over several CTAs (SPLIT_KV > 1). Then every visible
+    page is listed as partial and none as full: with full blocks, Inductor's flex-decoding kernel cuts
+    the pool's whole length (KV_LEN, not the row's) into SPLIT_KV tiles and hands the full blocks out
+    from the last split, so while a row's full pages fit in KV_LEN / SPLIT_KV they all land in the last
+    CTA, its current page in the first, and the splits between idle; with partial blocks only, it cuts
+    the row's own pages (torch 2.11 flex_decode.py.jinja, TILE_KV_OG). The price is the mask_mod on
+    every key.
     """
     assert q_len <= P, (q_len, P)
     b, W = table.shape
     blk = pos // P  # [b] logical page being written
     last = table.gather(1, blk[:, None])  # [b, 1]
     addr = last[:, 0].long() * P + pos % P
+    if split:
+        # logical pages lo..blk hold the visible keys (lo = 0 without a window)
+        lo = torch.zeros_like(blk) if window is None else (pos - window + 1).clamp(min=0) // P  # [b]
+        col = torch.arange(W, device=table.device)[None]  # [1, W]
+        idx = table.gather(1, (lo[:, None] + col).clamp(max=W - 1))  # [b, W]
+        num = (blk - lo + 1).to(torch.int32).view(b, 1, 1)
+        mask = BlockMask.from_kv_blocks(num, idx.view(b, 1, 1, W), BLOCK_SIZE=P, mask_mod=mask_mod,
+                                        seq_lengths=(q_len, kv_len), compute_q_blocks=False)
+        return mask, addr
     if window is None:
         # Full blocks: the pages before the current one (no mask_mod evaluated); partial block: the
         # current page. Both index tensors share one shape, as the decode kernel assumes.

@@ -25,6 +25,24 @@ from .page_table import PageTable
 from .sequence import Sequence
 
 
+def pre_attention_writing(pre, layer, h, cos, sin, project_qkv, w_qkv, kv, addr, rows_first: bool):
+    """arch.pre_attention (norm, projections, RoPE), then the layer's new K/V written into its pages: kv
+    [2, 1, Hkv, N*P, D] at addr [n]; none for a KV-sharing layer (k None). rows_first: decode's k [b, Hkv, 1, D]
+    (one token a row), else prefill's [1, Hkv, T, D]. One index_put on the whole K/V pair: compiled, Inductor
+    writes just the new rows, in place, in one kernel (checked on CPU, torch 2.13). Written
+    through kv[0] and kv[1] (index_copy_ into the K and V views), the compiled code went over the whole pair
+    each call (a 32 MB pair: 3.9-20 ms against 0.14 ms), which is why the write used to stay outside the
+    compiled code, as two index_copy kernels a layer: 0.20 ms of the 4B's 4.21 ms step at B = 8
+    (h200-2026-12-03-session14). In this form the 4B's step fell from 4.11 to 3.97 ms at B = 8 and from 5.23
+    to 5.09 ms at B = 64, one kernel a layer fewer (h200-2026-12-03-session15). Nothing in here may
+    read kv after the write: Inductor would then copy the pair instead of writing in place."""
+    q, k, v = pre(layer, h, cos, sin, project_qkv, w_qkv)
+    if k is not None:
+        new = torch.stack((k, v))  # [2, N, Hkv, T, D]
+        kv[:, :, :, addr] = new.transpose(1, 3) if rows_first else new  # [2, 1, Hkv, n, D]
+    return q, k, v
+
+
 def dense_attention(q, k, v, block_mask, scale, kernel_options=None):
     """SDPA under the BlockMask's mask_mod, evaluated by broadcasting: the uncompiled (CPU) path.
 
@@ -123,9 +141,7 @@ class ModelRunner:
         on_cuda = self.device.type == "cuda"
         self.graphs_on = cfg.cuda_graphs and on_cuda
         compile_on = on_cuda if cfg.compile is None else cfg.compile
-        # The KV write stays outside the compiled code: an in-place update of a slice of the pool
-        # inside a graph risks a functionalised copy of the whole pool.
-        self.pre = compiled(self.arch.pre_attention, True) if compile_on else self.arch.pre_attention
+        self.pre = compiled(pre_attention_writing, True) if compile_on else pre_attention_writing
         self.post = compiled(self.arch.post_attention, True) if compile_on else self.arch.post_attention
         self.attn_decode = compiled(decode_attention, False) if compile_on else dense_attention
         self.attn_prefill = compiled(prefill_attention, True) if compile_on else dense_attention
@@ -133,6 +149,7 @@ class ModelRunner:
         # are special to it): compiled, bucket 1 runs as bucket 2 with one padding row.
         self.buckets = tuple(b for b in cfg.buckets if not (compile_on and b == 1 and cfg.max_batch > 1))
         self.decode_opts = (dict(cfg.decode_kernel_options) or None) if on_cuda else None
+        self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count if on_cuda else None
         head_dims = sorted({p.head_dim for p in self.plan})
         opts, self.q_block = fa4.prefill_options(cfg.fa4_prefill, self.device, cfg.prefill_kernel_options, head_dims)
         self.fa4_reason = fa4.why_not(cfg.fa4_prefill, self.device, head_dims)  # None: FA4 runs the prefill
@@ -182,8 +199,8 @@ class ModelRunner:
         self.prefill_masks = {w: masks.prefill_mask_mod(self.doc_start, w) for w in self.windows}
 
     def layer_steps(self):
-        """(layer, plan, (k_cache, v_cache) it reads, fused weights, its index) per decoder layer."""
-        return zip(self.layers, self.plan, self.kv.layers, self.fused, range(len(self.layers)))
+        """(layer, plan, the K/V pair [2, 1, Hkv, N*P, D] it reads and writes, fused weights, its index) per layer."""
+        return zip(self.layers, self.plan, self.kv.pairs, self.fused, range(len(self.layers)))
 
     # prefill
     @torch.no_grad()
@@ -216,15 +233,13 @@ class ModelRunner:
         rope = {key: (cos[pos][None], sin[pos][None]) for key, (cos, sin) in self.rope.items()}  # [1, Tp, D]
         h, layer_inputs = self.arch.embed(self.lm, ids[None])  # [1, Tp, hidden], [1, Tp, L, Dp] or None
         fresh = {}  # store layer -> its K/V of this pass, for the layers that share it
-        for layer, plan, (k_cache, v_cache), (w_qkv, w_gu), i in self.layer_steps():
-            q, k, v = self.pre(layer, h, *rope[plan.rope], self.project_qkv, w_qkv)  # [1, H, Tp, D]
+        for layer, plan, kv, (w_qkv, w_gu), i in self.layer_steps():
+            q, k, v = self.pre(self.arch.pre_attention, layer, h, *rope[plan.rope], self.project_qkv, w_qkv, kv,
+                               addr, False)  # [1, H, Tp, D], written into the pages
             if k is None:  # a KV-sharing layer: its store layer already wrote the pages
                 k, v = fresh[plan.kv_source]
-            else:
-                k_cache.index_copy_(2, addr, k)
-                v_cache.index_copy_(2, addr, v)
-                if i in self.kv_sources:
-                    fresh[i] = (k, v)
+            elif i in self.kv_sources:
+                fresh[i] = (k, v)
             # a fresh prefill attends to its own K/V; the pages are only written
             o = self.attn_prefill(q, k, v, block_masks[plan.window], plan.scale,
                                   self.layer_options(self.prefill_opts, "prefill", plan))
@@ -233,18 +248,33 @@ class ModelRunner:
         return lm_logits(self.lm, self.lm.model.norm(h))
 
     # decode
+    def kv_splits(self, b: int, kv_heads: int) -> int:
+        """SPLIT_KV of a b-row decode call over kv_heads KV heads: the decode options' own, else Inductor's
+        rule (flex_decoding.get_split_k: floor(SMs / (b * kv_heads)) * 2, at least 1), passed to the kernel
+        explicitly so that the BlockMask's layout (decode_inputs) and the kernel agree. 1 off CUDA, and
+        where the options force flex's main kernel, which does not split."""
+        opts = self.decode_opts or {}
+        if self.sms is None or opts.get("FORCE_USE_FLEX_ATTENTION") or opts.get("BACKEND") in ("TRITON", "FLASH"):
+            return 1
+        return opts.get("SPLIT_KV") or max(self.sms // (b * kv_heads) * 2, 1)
+
     def decode_inputs(self, b: int, window: int | None = None, q_rows: int = 1) -> tuple[BlockMask, torch.Tensor]:
         """The physical BlockMask (of layers with this sliding window and query rows) and KV write
-        addresses [b] of the first b rows."""
+        addresses [b] of the first b rows; every page partial where one of those layers' kernels splits
+        the K/V (masks.decode_block_mask)."""
         table = self.pages.table_dev[self.slot[:b]]  # [b, W] logical -> physical page
+        split = any(self.kv_splits(b, p.kv_heads) > 1
+                    for p, g in zip(self.plan, self.q_rows) if (p.window, g) == (window, q_rows))
         return masks.decode_block_mask(table, self.pos[:b], self.P, self.ones[:b], self.decode_masks[window],
-                                       self.kv_len, window, q_rows)
+                                       self.kv_len, window, q_rows, split)
 
     def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, mask: BlockMask,
                i: int) -> torch.Tensor:
         """Layer i's decode attention: q [b, Hq, 1, D] over the pool [1, Hkv, N*P, D] -> [b, Hq, 1, D]."""
         plan, G = self.plan[i], self.q_rows[i]
         opts = self.layer_options(self.decode_opts, "decode", plan)
+        if self.sms is not None:
+            opts = {**(opts or {}), "SPLIT_KV": self.kv_splits(q.shape[0], plan.kv_heads)}
         if G == 1:
             return self.attn_decode(q, k_cache, v_cache, mask, plan.scale, opts)
         # Query head h reads KV head h // G (HF's repeat_kv), so each KV head's G query heads are a view:
@@ -262,12 +292,11 @@ class ModelRunner:
         addr = block_masks[self.decode_keys[0]][1]
         rope = {key: (cos[pos][:, None], sin[pos][:, None]) for key, (cos, sin) in self.rope.items()}  # [b, 1, D]
         h, layer_inputs = self.arch.embed(self.lm, ids[:, None])  # [b, 1, hidden], [b, 1, L, Dp] or None
-        for layer, plan, (k_cache, v_cache), (w_qkv, w_gu), i in self.layer_steps():
-            q, k, v = self.pre(layer, h, *rope[plan.rope], self.project_qkv, w_qkv)  # [b, H, 1, D]
-            if k is not None:  # else a KV-sharing layer: k_cache, v_cache are its store layer's, written
-                k_cache.index_copy_(2, addr, k.transpose(0, 2))  # rows become the token axis: [1, Hkv, b, D]
-                v_cache.index_copy_(2, addr, v.transpose(0, 2))
-            o = self.attend(q, k_cache, v_cache, block_masks[plan.window, self.q_rows[i]][0], i)
+        for layer, plan, kv, (w_qkv, w_gu), i in self.layer_steps():
+            # [b, H, 1, D]; the new K/V written into the pages (a KV-sharing layer's store layer wrote them)
+            q, k, v = self.pre(self.arch.pre_attention, layer, h, *rope[plan.rope], self.project_qkv, w_qkv, kv,
+                               addr, True)
+            o = self.attend(q, kv[0], kv[1], block_masks[plan.window, self.q_rows[i]][0], i)
             h = self.post(layer, h, o, w_gu, None if layer_inputs is None else layer_inputs[:, :, i])
         logits = lm_logits(self.lm, self.lm.model.norm(h[:, 0]))  # [b, V]
         params = sampler.Params(self.temp[:b], self.top_k[:b], self.top_p[:b], self.min_p[:b], self.seed[:b])
