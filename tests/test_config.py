@@ -47,7 +47,11 @@ def test_gpu_profile_is_the_qwen3_4b_workload(raw):
     for j in config.gen_jobs(cfg):
         cases.setdefault(j.model, set()).add(j.case)
     assert cases["llama-3.2-3b"] == cases["gemma-4-e2b"] == {"greedy", "lora", "sweep"}
-    assert cases["qwen3-4b"] == {"greedy", "lora", "sweep", "lora_eqv", "grpo_group"}
+    assert cases["qwen3-4b"] == {"greedy", "lora", "sweep", "lora_sweep", "lora_eqv", "grpo_group"}
+    # the 4B's LoRA sweep: flex against vLLM at every batch the plain sweep runs, with the shared adapter
+    lora_sweep = {(j.backend, j.batch_size) for j in config.gen_jobs(cfg) if j.case == "lora_sweep"}
+    assert lora_sweep == {(b, n) for b in ("flex", "vllm") for n in (8, 16, 32, 128, 256)}
+    assert config.job_workload(cfg, "qwen3-4b", "vllm", "lora_sweep", 8)["lora_rank"] == 32
     assert cases["qwen3-4b-warm"] == {"realistic", "realistic_t1"} and "gemma-4-e2b-warm" not in config.all_models(cfg)
     wl = config.job_workload(cfg, "qwen3-4b", "flex", "greedy", 64)
     assert (wl["max_new_tokens"], wl["n_prompts"], wl["prompt_tokens"], wl["device"], wl["dtype"]) == \
