@@ -433,3 +433,19 @@ def test_a_case_skips_its_skip_models_only(raw):
     mine = config.resolve({**raw, "profile": "gpu"}, {"models": ["qwen3-0.6b"]})
     assert {(j.model, j.case) for j in config.gen_jobs(mine)} == \
         {("qwen3-0.6b-warm" if c["warm"] else "qwen3-0.6b", n) for n, c in mine["workload"]["cases"].items()}
+
+
+def test_grpo_speed_configfile_is_the_4b_step_time_pair(raw):
+    """config/grpo_speed.yaml over the gpu profile: the 4B on random weights, 1 prompt x 4 completions x 512
+    tokens, 30 steps, one seed and no control; the warm learner's own settings do not leak in."""
+    user = yaml.safe_load((ROOT / "config/grpo_speed.yaml").read_text())
+    cfg = config.resolve({**copy.deepcopy(raw), "profile": "gpu"}, user)
+    tr = cfg["train"]
+    assert (tr["models"], tr["steps"], tr["seeds"], tr["frozen_control"], tr["warm"]) == \
+        (["qwen3-4b"], 30, [3407], False, False)
+    wl = config.train_workload(cfg, "qwen3-4b", "flex", 3407)
+    assert (wl["prompts_per_step"], wl["num_generations"], wl["max_new_tokens"], wl["per_device_train_batch_size"]) \
+        == (1, 4, 512, 4)
+    assert wl["dataset"] != "learnable" and wl["learning_rate"] == 5.0e-6
+    paths = {j.path for j in config.train_jobs(cfg)}
+    assert {f"results/train/qwen3-4b/{b}/steps30-seed3407.json" for b in ("flex", "vllm")} <= paths
