@@ -19,6 +19,7 @@ H200 = {"nvjet_sm90_tst_192x64_64x6_4x1_v_bz_TNT": "gemm",
             "norm_rotary_elementwise",
         "triton_red_fused__to_copy__unsafe_view_add_mean_mul_pow_rsqrt_0": "norm_rotary_elementwise",
         "triton_poi_fused__unsafe_view_mul_silu_split_1": "norm_rotary_elementwise",
+        "skinny_gemm_partial": "gemm", "skinny_gemm_reduce": "gemm",  # engine/skinny_gemm.py's split-K pair
         "aten::mm": "gemm", "aten::addmm": "gemm", "aten::mul": "norm_rotary_elementwise"}
 
 

@@ -1,5 +1,5 @@
-"""`python -m rollout_bench generate|autotune|decode-profile|aggregate|render|render-decode-profile|publish|
-check-config`: the generation benchmark's command lines and the pipeline's own.
+"""`python -m rollout_bench generate|autotune|decode-profile|gemm-bench|aggregate|render|render-decode-profile|
+publish|check-config`: the generation benchmark's command lines and the pipeline's own.
 
 `rollout_bench.__main__` wires them with `cli.add_commands(sub)`; each handler imports only what its
 command runs (a rule's code inputs are the import closure of its handler, sources.py).
@@ -33,6 +33,13 @@ def _decode_profile(a):
                              prompt_tokens=wl["prompt_tokens"], max_new_tokens=wl["max_new_tokens"],
                              dtype=wl["dtype"], out=a.out, autotune=a.autotune or None)
     print(json.dumps({b: p["class_ms"] for b, p in rec["by_batch"].items()}))
+
+
+def _gemm_bench(a):
+    from .diagnostics import gemm_bench
+    rec = gemm_bench.run(model=a.model, config=gemm_bench.load_config(a.model), ms=[int(m) for m in a.ms.split(",")],
+                         out=a.out, table_out=a.table or None, repeats=a.repeats)
+    print(json.dumps({m: [s["step_cublas_ms"], s["step_best_ms"]] for m, s in rec["summary"].items()}))
 
 
 def _render_decode_profile(a):
@@ -90,6 +97,14 @@ def add_commands(sub) -> None:
     p.add_argument("--batch-sizes", required=True, help="comma-separated")
     p.add_argument("--autotune", default="", help="kernel_tuning record whose options the profile replays")
     p.set_defaults(fn=_decode_profile)
+
+    p = sub.add_parser("gemm-bench", help="a decode step's GEMMs per shape and implementation, on CUDA -> JSON")
+    p.add_argument("--model", required=True, help="a config of config/models (qwen3 or llama)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--ms", default="4,8,16", help="rows (batch sizes), comma-separated")
+    p.add_argument("--table", default="", help="also write a markdown table here")
+    p.add_argument("--repeats", type=int, default=20)
+    p.set_defaults(fn=_gemm_bench)
 
     p = sub.add_parser("render-decode-profile", help="decode-profile JSONs -> markdown table")
     p.add_argument("--table", required=True)

@@ -44,14 +44,14 @@ def device_ms(fn, repeat: int) -> float:
     return start.elapsed_time(end) / repeat
 
 
-def best_options(ms: dict[str, float | str], min_gain: float = MIN_GAIN) -> dict:
-    """The fastest candidate (keys: JSON of the options) if it beats the default ('{}') by more
-    than min_gain, else {}; entries that are error strings never win."""
+def best_options(ms: dict[str, float | str], min_gain: float = MIN_GAIN, baseline: str = "{}") -> dict:
+    """The fastest candidate (keys: JSON of the options) if it beats the baseline (default: the default
+    options, '{}') by more than min_gain, else the baseline; entries that are error strings never win."""
     timed = {k: v for k, v in ms.items() if isinstance(v, float)}
-    if "{}" not in timed:
+    if baseline not in timed:
         return {}
     best = min(timed, key=timed.get)
-    return json.loads(best) if timed[best] < (1 - min_gain) * timed["{}"] else {}
+    return json.loads(best if timed[best] < (1 - min_gain) * timed[baseline] else baseline)
 
 
 def to_mid_generation(engine, prompts: list[list[int]], new_tokens: int, timed_steps: int) -> list:
@@ -78,19 +78,20 @@ def to_mid_generation(engine, prompts: list[list[int]], new_tokens: int, timed_s
 @torch.no_grad()
 def step_sweep(engine, prompts: list[list[int]], new_tokens: int, candidates=CANDIDATES, rounds: int = 3) -> dict:
     """Decode-step ms of each candidate for len(prompts) rows, mid-generation (about half of
-    new_tokens decoded). Needs CUDA graphs; the engine is left idle with its own options."""
+    new_tokens decoded); the winner against the first candidate. Needs CUDA graphs; the engine is left
+    idle with its own options."""
     runner, sched = engine.runner, engine.scheduler
     assert runner.graphs_on, "step_sweep times CUDA graph replays"
     assert not sched.has_work, "step_sweep needs an idle engine"
     chunk = runner.cfg.decode_chunk
     running = to_mid_generation(engine, prompts, new_tokens, chunk)
     bucket = next(b for b in runner.buckets if b >= len(running))
-    own_opts, own_graph = runner.decode_opts, runner.graphs.pop((bucket, "greedy"), None)
+    own_opts, own_graph = runner.decode_options(), runner.graphs.pop((bucket, "greedy"), None)
     graphs, ms = {}, {}
     try:
         for opts in candidates:
             key = json.dumps(opts, sort_keys=True)
-            runner.decode_opts = dict(opts) or None
+            runner.use_decode_options(opts)
             try:
                 runner.capture([bucket], "greedy")  # compiles, autotunes nothing, captures
                 graphs[key] = runner.graphs.pop((bucket, "greedy"))
@@ -107,10 +108,10 @@ def step_sweep(engine, prompts: list[list[int]], new_tokens: int, candidates=CAN
                 times[key].append(chunk_of_steps(graph))
         ms.update({key: round(statistics.median(t), 4) for key, t in times.items()})
     finally:
-        runner.decode_opts = own_opts
+        runner.use_decode_options(own_opts)
         if own_graph is not None:
             runner.graphs[(bucket, "greedy")] = own_graph
         engine.abort()
     context = sum(s.num_tokens for s in running) / len(running)
     return {"rows": len(running), "bucket": bucket, "mean_context": round(context, 1), "step_ms": ms,
-            "rounds": rounds, "best": best_options(ms)}
+            "rounds": rounds, "best": best_options(ms, baseline=json.dumps(dict(candidates[0]), sort_keys=True))}

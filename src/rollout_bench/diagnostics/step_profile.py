@@ -22,7 +22,8 @@ from .decode_sweep import device_ms, to_mid_generation
 
 CLASSES = ("gemm", "attention", "block_mask", "norm_rotary_elementwise", "sampling")
 SCOPE = "rollout_bench::"
-# GPU: cuBLAS (nvjet_*, sm90_xmma_gemm_*, cublasLt::splitKreduce_kernel), CUTLASS, gemv; CPU: aten's own names
+# GPU: cuBLAS (nvjet_*, sm90_xmma_gemm_*, cublasLt::splitKreduce_kernel), CUTLASS, gemv, engine/skinny_gemm.py's
+# split-K kernels (skinny_gemm_partial, skinny_gemm_reduce); CPU: aten's own names
 GEMM = re.compile(r"nvjet|gemm|gemv|cutlass|xmma|cublas|splitk|^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$", re.I)
 
 

@@ -9,6 +9,9 @@ KERNEL_OPTION_KEYS = frozenset({
     # flex-decoding only: KV splits per (row, KV head); unset, ModelRunner.kv_splits passes Inductor's rule. Above 1,
     # decode_block_mask also lists every page as partial
     "SPLIT_KV",
+    # the engine's own, taken out before flex sees the options: decode GEMM tiles per weight shape, {"NxK": tiles
+    # key} (skinny_gemm.py; the autotune pass records them where they beat cuBLAS)
+    "GEMM_TILES",
 })
 
 

@@ -1,6 +1,8 @@
 """Logits from the last hidden state: an fp32 projection, then the model's final softcap if it has one."""
 import torch
 
+from . import skinny_gemm
+
 
 def float_logits(head: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
     """h [n, hidden] -> logits [n, V] in float32, never rounded to the weights' dtype.
@@ -12,7 +14,9 @@ def float_logits(head: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
     if h.dtype == torch.float32:
         return head(h)
     if h.is_cuda:
-        z = torch.mm(h, head.weight.t(), out_dtype=torch.float32)
+        tiles = skinny_gemm.tiles_for(h, head.weight) if h.dim() == 2 else None  # a decode graph's [b, hidden]
+        z = (torch.mm(h, head.weight.t(), out_dtype=torch.float32) if tiles is None
+             else skinny_gemm.triton_linear(h.contiguous(), head.weight, tiles, out_dtype=torch.float32))
     else:  # mm's out_dtype is CUDA-only; fp32 products of bf16 inputs are exact, only the sum order differs
         z = h.float() @ head.weight.float().t()
     return z if head.bias is None else z + head.bias.float()

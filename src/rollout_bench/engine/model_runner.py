@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from . import fa4, fused, masks, models, sampler, smem
+from . import fa4, fused, masks, models, sampler, skinny_gemm, smem
 from .config import EngineConfig
 from .kv_cache import KVCache
 from .logits import lm_logits
@@ -148,7 +148,7 @@ class ModelRunner:
         # A batch of 1 would make torch.compile specialise a second set of graphs (sizes 0 and 1
         # are special to it): compiled, bucket 1 runs as bucket 2 with one padding row.
         self.buckets = tuple(b for b in cfg.buckets if not (compile_on and b == 1 and cfg.max_batch > 1))
-        self.decode_opts = (dict(cfg.decode_kernel_options) or None) if on_cuda else None
+        self.use_decode_options(cfg.decode_kernel_options if on_cuda else {})
         self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count if on_cuda else None
         head_dims = sorted({p.head_dim for p in self.plan})
         opts, self.q_block = fa4.prefill_options(cfg.fa4_prefill, self.device, cfg.prefill_kernel_options, head_dims)
@@ -156,6 +156,18 @@ class ModelRunner:
         self.prefill_opts = (opts or None) if on_cuda else None
         # per layer, both option sets are shrunk to the block's shared memory (smem.fit) where a head dim needs it
         self.smem_limit = smem.device_limit(self.device)
+
+    def use_decode_options(self, opts: dict | None) -> None:
+        """flex's decode kernel options (decode_opts), and apart from them the decode GEMM tiles (GEMM_TILES:
+        gemm_tiles, which `capture` makes active for buckets of at most skinny_gemm.MAX_ROWS rows)."""
+        opts = dict(opts or {})
+        self.gemm_tiles = skinny_gemm.parse_tiles(opts.pop("GEMM_TILES", {}))
+        self.decode_opts = opts or None
+
+    def decode_options(self) -> dict:
+        """The decode options as use_decode_options takes them."""
+        tiles = {skinny_gemm.shape_key(*shape): t.key() for shape, t in self.gemm_tiles.items()}
+        return {**(self.decode_opts or {}), **({"GEMM_TILES": tiles} if tiles else {})}
 
     def layer_options(self, opts: dict | None, kind: str, plan) -> dict | None:
         """The flex kernel options of one layer's `kind` call: `opts`, with tiles that fit its head dim."""
@@ -345,18 +357,19 @@ class ModelRunner:
         """Capture the decode step of each bucket (largest first, so smaller ones reuse its memory)."""
         assert self.graphs_on
         for b in sorted(buckets, reverse=True):
-            self.set_rows([], b)  # padding rows: warm-up and capture write only page 0
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):  # compile + autotune outside the capture
+            with skinny_gemm.active(self.gemm_tiles if b <= skinny_gemm.MAX_ROWS else None):
+                self.set_rows([], b)  # padding rows: warm-up and capture write only page 0
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):  # compile + autotune outside the capture
+                        self.decode_step(b, how)
+                torch.cuda.current_stream().wait_stream(stream)
+                if self.pool is None:
+                    self.pool = torch.cuda.graph_pool_handle()
+                graph = torch.cuda.CUDAGraph()
+                self.set_rows([], b)
+                with torch.cuda.graph(graph, pool=self.pool):
                     self.decode_step(b, how)
-            torch.cuda.current_stream().wait_stream(stream)
-            if self.pool is None:
-                self.pool = torch.cuda.graph_pool_handle()
-            graph = torch.cuda.CUDAGraph()
-            self.set_rows([], b)
-            with torch.cuda.graph(graph, pool=self.pool):
-                self.decode_step(b, how)
             self.graphs[(b, how)] = graph
         torch.cuda.synchronize()

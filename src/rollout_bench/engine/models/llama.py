@@ -1,7 +1,7 @@
 """Llama-3.x layer pieces for the flex path (RoPE tables, KV and masks handled by the runner)."""
-import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from ..skinny_gemm import linear, module_linear
 from .arch import Arch, LayerPlan
 
 
@@ -13,7 +13,7 @@ def qkv(attn, x, w_qkv=None):
         q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
     else:
         sizes = [attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0], attn.v_proj.weight.shape[0]]
-        q, k, v = F.linear(x, w_qkv).split(sizes, -1)
+        q, k, v = linear(x, w_qkv).split(sizes, -1)
     return q.view(N, T, -1, D), k.view(N, T, -1, D), v.view(N, T, -1, D)
 
 
@@ -33,12 +33,12 @@ def pre_attention(layer, h, cos, sin, project_qkv, w_qkv=None):
 def post_attention(layer, h, o, w_gate_up=None, layer_input=None):
     """o_proj of the attention output o [N, Hq, T, D], residual, MLP (gate/up as one GEMM if fused)."""
     N, _, T, _ = o.shape
-    h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(N, T, -1))
+    h = h + module_linear(layer.self_attn.o_proj, o.transpose(1, 2).reshape(N, T, -1))
     x = layer.post_attention_layernorm(h)
     if w_gate_up is None:
         return h + layer.mlp(x)
-    gate, up = F.linear(x, w_gate_up).chunk(2, -1)
-    return h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+    gate, up = linear(x, w_gate_up).chunk(2, -1)
+    return h + module_linear(layer.mlp.down_proj, layer.mlp.act_fn(gate) * up)
 
 
 def embed(lm, ids):
