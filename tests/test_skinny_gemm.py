@@ -95,8 +95,8 @@ ALL = {"256x128": "n32_k128_s1_st3_w4", "128x128": "n32_k128_s1_st4_w4", "512x12
 
 def engine_on_gpu(**opts):
     model = random_model.build("qwen3-tiny-hd64", seed=0, dtype=torch.bfloat16, device="cuda", tie_word_embeddings=False)
-    cfg = EngineConfig(max_batch=8, max_seq_len=128, page_size=16, capture_all=False,
-                       decode_kernel_options={"BLOCK_N": 16, **opts})
+    cfg = EngineConfig(max_batch=8, max_seq_len=128, page_size=16, capture_all=False, fuse_projections=True,
+                       decode_kernel_options={"BLOCK_N": 16, **opts})  # fused, as an engine that owns its weights
     return Engine(model, cfg)
 
 
