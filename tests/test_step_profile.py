@@ -82,6 +82,29 @@ def test_cuda_kernels_go_to_the_scope_of_the_op_that_launched_them():
     assert (out["attention"], out["gemm"], out["norm_rotary_elementwise"], unseen) == (30, 20, 5, [])
 
 
+def test_ops_of_the_package_namespace_are_not_scopes():
+    """skinny_gemm's rollout_bench::decode_linear shares the scopes' prefix: an aten::mm under it is a GEMM, not a
+    class named 'decode_linear' (a KeyError in split on the H200, h200-2026-12-04-session16). A real CPU profile of
+    the op under the sampling scope and outside any."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from rollout_bench.engine import skinny_gemm
+
+    x, w = torch.randn(4, 64), torch.randn(32, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        skinny_gemm.decode_linear(x, w)
+        with torch.profiler.record_function(step_profile.SCOPE + "sampling"):
+            skinny_gemm.decode_linear(x, w)
+    classes = step_profile.attribute(prof, on_cuda=False)
+    assert classes["aten::mm"]["gemm"] > 0 and classes["aten::mm"]["sampling"] > 0
+    assert set(classes["aten::mm"]) == {"gemm", "sampling"}
+    per_name, _ = step_profile.timeline(prof, on_cuda=False)
+    out, _ = step_profile.split(per_name, classes)
+    assert set(out) == set(step_profile.CLASSES) and out["gemm"] > 0
+    assert step_profile.scope_of("rollout_bench::decode_linear") is None
+    assert step_profile.scope_of(step_profile.SCOPE + "attention") == "attention"
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_assets):
     cfg = EngineConfig(max_batch=4, max_seq_len=192, decode_chunk=16)

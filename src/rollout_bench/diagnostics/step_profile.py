@@ -22,6 +22,15 @@ from .decode_sweep import device_ms, to_mid_generation
 
 CLASSES = ("gemm", "attention", "block_mask", "norm_rotary_elementwise", "sampling")
 SCOPE = "rollout_bench::"
+# the scopes `scoped` opens; other events of the prefix are ops of the package's own namespace
+# (engine/skinny_gemm.py's rollout_bench::decode_linear), not scopes
+SCOPES = frozenset({"attention", "block_mask", "sampling"})
+
+
+def scope_of(name: str) -> str | None:
+    """The class a scope event names, None for any other event."""
+    rest = name[len(SCOPE):] if name.startswith(SCOPE) else None
+    return rest if rest in SCOPES else None
 # GPU: cuBLAS (nvjet_*, sm90_xmma_gemm_*, cublasLt::splitKreduce_kernel), CUTLASS, gemv, engine/skinny_gemm.py's
 # split-K kernels (skinny_gemm_partial, skinny_gemm_reduce); CPU: aten's own names
 GEMM = re.compile(r"nvjet|gemm|gemv|cutlass|xmma|cublas|splitk|^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$", re.I)
@@ -39,6 +48,8 @@ def scoped(runner):
     attend, masks, sample = runner.attn_decode, runner.decode_inputs, sampler.sample
 
     def named(scope, fn):
+        assert scope in SCOPES, scope
+
         def call(*args, **kwargs):
             with torch.profiler.record_function(SCOPE + scope):
                 return fn(*args, **kwargs)
@@ -55,8 +66,8 @@ def scoped(runner):
 
 def _scope(event) -> str | None:
     while event is not None:
-        if event.name.startswith(SCOPE):
-            return event.name[len(SCOPE):]
+        if (scope := scope_of(event.name)) is not None:
+            return scope
         event = event.cpu_parent
     return None
 
@@ -74,7 +85,7 @@ def attribute(prof, on_cuda: bool) -> dict[str, Counter]:
         if on_cuda:  # a kernel is attached to the innermost op that launched it, never to a scope
             for k in e.kernels:
                 out[k.name][scope or library_class(k.name)] += k.duration
-        elif not e.name.startswith(SCOPE):
+        elif scope_of(e.name) is None:
             out[e.name][scope or library_class(e.name)] += e.self_cpu_time_total
         else:  # the scope's own host time (the wrapper) is that call's
             out[e.name][scope] += e.self_cpu_time_total
