@@ -1,7 +1,7 @@
 """Decode GEMMs at a few rows: y = x @ w.T by a split-K Triton kernel, for the weight shapes where the autotune pass
 measured it faster than cuBLAS.
 
-At B = 8 a decode step is its weight reads, and cuBLAS reads Qwen3-4B's projections at 0.49-0.83 of the copy rate
+At B = 8 a decode step is its weight reads, and cuBLAS reads Qwen3-4B's projections at 0.48-0.82 of the copy rate
 (o_proj 2.0 TB/s, gate_up 3.4, against 4.15; diagnostics/gemm_bench.py, h200-2026-12-04-session16): 2,560 outputs
 make few output tiles, and a small GEMM's ramp-up is a large part of its time. The kernel reads a [BLOCK_N,
 k_per_split] slab of w per program, multiplies it with the rows of x (padded to one 16-row tensor-core tile) and
@@ -64,10 +64,11 @@ def candidates(n: int, k: int, smem_limit: int, elt: int = 2) -> list[Tiles]:
 
 
 # The autotune pass's short list: each grid point that won a shape of Qwen3-4B or Llama-3.2-3B at M = 4-16 in the
-# benchmark (h200-2026-12-04-session16), with the split counts around the narrow shapes' winner.
+# benchmark (h200-2026-12-04-session16), with the split counts around the narrow shapes' winner (s4). That session's
+# autotune ran the first seven; the last two won qkv (where cuBLAS stayed faster) and Llama's o_proj.
 TUNE_CANDIDATES = tuple(Tiles.parse(k) for k in (
     "n32_k128_s1_st3_w4", "n64_k128_s1_st3_w4", "n64_k128_s1_st4_w4", "n32_k256_s1_st3_w4",
-    "n32_k128_s2_st4_w4", "n32_k128_s4_st4_w4", "n32_k128_s8_st4_w4"))
+    "n32_k128_s2_st4_w4", "n32_k128_s4_st4_w4", "n32_k128_s8_st4_w4", "n32_k256_s1_st4_w4", "n64_k256_s1_st4_w4"))
 
 
 def k_per_split(k: int, tiles: Tiles) -> int:
