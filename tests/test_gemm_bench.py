@@ -1,6 +1,6 @@
 """The decode-GEMM benchmark (diagnostics/gemm_bench.py) and the split-K kernel's tile grid (engine/skinny_gemm.py):
 the shapes cover exactly the matrices a decode step reads, the tile grid fits and covers K, the summary's sums; on
-CUDA, the kernel against torch's product over the whole grid and one small run of the benchmark."""
+CUDA, one small run of the benchmark (the kernel itself: tests/test_skinny_gemm.py)."""
 import pytest
 import torch
 
@@ -60,25 +60,14 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("m", [1, 5, 8, 16])
-def test_splitk_kernel_matches_torch(m):
-    """Every tile set of a few shapes, fresh random operands each, against a float32 product."""
-    for n, k in [(256, 1024), (128, 2048)]:
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
-        for t in skinny_gemm.candidates(n, k, torch.cuda.get_device_properties(0).shared_memory_per_block_optin):
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            y = skinny_gemm.triton_linear(x, w, t, out=torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16))
-            ref = x.float() @ w.float().t()
-            assert ((y.float() - ref).norm() / ref.norm()).item() < 1e-2, t
-
-
-@pytest.mark.gpu
-@gpu
 def test_bench_runs_on_a_small_model(tmp_path):
-    rec = gemm_bench.run(model="qwen3-tiny", config=gemm_bench.load_config("qwen3-tiny"), ms=[8],
+    """Every shape of qwen3-tiny-hd64 (k >= 128, so the tile grid applies) timed by cuBLAS and by some tiles."""
+    rec = gemm_bench.run(model="qwen3-tiny-hd64", config=gemm_bench.load_config("qwen3-tiny-hd64"), ms=[8],
                          out=str(tmp_path / "g.json"), table_out=str(tmp_path / "g.md"), repeats=3)
     s = rec["summary"]["8"]
     assert [r["shape"] for r in s["shapes"]] == ["qkv", "o", "gate_up", "down", "lm_head"]
     assert all(isinstance(v, float) for v in (s["step_cublas_ms"], s["step_best_ms"])) and rec["copy_gb_s"] > 0
-    assert s["step_best_ms"] <= s["step_cublas_ms"]
+    for shape, res in rec["results"]["8"].items():
+        assert isinstance(res["cublas"], float), (shape, res["cublas"])
+        assert any(isinstance(v, float) for key, v in res.items() if key.startswith("n")), shape
     assert (tmp_path / "g.md").read_text().count("| 8 |") == 6

@@ -22,8 +22,16 @@ def test_tiles_keys_round_trip_and_bad_ones_name_the_form():
     assert skinny_gemm.parse_tiles({"2560x9728": "n32_k128_s4_st4_w4"}) == {(2560, 9728): Tiles(32, 128, 4, 4, 4)}
 
 
+def test_the_short_list_is_part_of_the_grid():
+    """The autotune's candidates are grid points the benchmark and the GPU test run, and fit an H200 block on the
+    4B's shapes they were chosen for."""
+    for n, k in [(2560, 9728), (2560, 4096), (19456, 2560), (151936, 2560)]:
+        grid = skinny_gemm.candidates(n, k, 232448)
+        assert all(t in grid for t in skinny_gemm.TUNE_CANDIDATES), (n, k)
+
+
 def test_linear_is_f_linear_off_the_decode_path():
-    """On CPU, in a prefill (T > 1) and with fp32 weights the layer code's product is F.linear's."""
+    """On CPU the layer code's product is F.linear's, whatever is active (the CUDA cases: the GPU test below)."""
     x, w = torch.randn(3, 1, 64), torch.randn(32, 64)
     with skinny_gemm.active({(32, 64): Tiles(32, 64, 1, 3)}):
         assert torch.equal(skinny_gemm.linear(x, w), F.linear(x, w))
@@ -61,12 +69,25 @@ def test_runner_keeps_gemm_tiles_apart_from_flex_options():
         EngineConfig(decode_kernel_options={"GEMM": {}})
 
 
+def test_buffers_of_the_wrong_shape_are_refused_before_any_launch():
+    """The reduce reads the split sums as [splits, M, N] and writes y as M * N contiguous values."""
+    x, w, t = torch.randn(8, 256, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16), Tiles(32, 128, 2, 3)
+    with pytest.raises(AssertionError, match="contiguous"):
+        skinny_gemm.triton_linear(x, w, t, out=torch.empty(64, 8, dtype=torch.bfloat16).t())
+    with pytest.raises(AssertionError):
+        skinny_gemm.triton_linear(x, w, t, scratch=torch.empty(2, 16, 64))  # sized for 16 rows, not 8
+    with pytest.raises(AssertionError, match="GEMM_TILES is a decode option"):
+        EngineConfig(prefill_kernel_options={"GEMM_TILES": {}})
+
+
 def test_step_winner_is_measured_against_the_first_candidate():
     base, tiles = '{"BLOCK_N": 64}', '{"BLOCK_N": 64, "GEMM_TILES": {"1x1": "n16_k128_s1_st3_w4"}}'
     assert decode_sweep.best_options({base: 1.0, tiles: 0.99}, baseline=base) == {"BLOCK_N": 64}  # within MIN_GAIN
     assert decode_sweep.best_options({base: 1.0, tiles: 0.9}, baseline=base) == {
         "BLOCK_N": 64, "GEMM_TILES": {"1x1": "n16_k128_s1_st3_w4"}}
     assert decode_sweep.best_options({base: 1.0, tiles: "RuntimeError('no')"}, baseline=base) == {"BLOCK_N": 64}
+    # a baseline that failed to time keeps its options: the attention winner is not dropped for the defaults
+    assert decode_sweep.best_options({base: "RuntimeError('no')", tiles: 0.5}, baseline=base) == {"BLOCK_N": 64}
 
 
 @pytest.mark.parametrize("name,dtype,fuse", [("qwen3-tiny-hd64", torch.bfloat16, True),
@@ -119,16 +140,38 @@ def step_logits(engine, tiles):
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("m", [1, 5, 8, 16])
-def test_kernel_matches_torch_on_every_candidate(m):
-    """Fresh random operands for every tile set, bf16 and fp32 outputs (the head's), the output poisoned."""
-    for n, k in [(256, 1024), (128, 2048)]:
+def test_kernel_matches_torch_on_the_whole_grid(m):
+    """Every tile set of the benchmark's grid (the autotune's short list among them), fresh random operands each, bf16
+    and fp32 outputs (the head's), the output poisoned."""
+    limit = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    for n, k in [(256, 1024), (128, 2560), (64, 9728)]:  # the last two: a shorter last split (Tiles)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
-        for t in skinny_gemm.TUNE_CANDIDATES:
+        for t in skinny_gemm.candidates(n, k, limit):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             for dtype in (torch.bfloat16, torch.float32):
                 y = skinny_gemm.triton_linear(x, w, t, out=torch.full((m, n), float("nan"), device="cuda", dtype=dtype))
                 ref = x.float() @ w.float().t()
                 assert ((y.float() - ref).norm() / ref.norm()).item() < 1e-2, (t, dtype)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_linear_takes_cublas_off_the_decode_path_on_cuda(monkeypatch):
+    """Under an active table with the weight's shape: a prefill's packed [1, T, K], fp32 weights and more rows than
+    MAX_ROWS are F.linear's, bit for bit; one token a row of bf16 weights is the kernel's."""
+    calls, kernel = [], skinny_gemm.triton_linear
+    monkeypatch.setattr(skinny_gemm, "triton_linear", lambda x, *a, **k: calls.append(tuple(x.shape)) or kernel(x, *a, **k))
+    w = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    with skinny_gemm.active({(128, 256): Tiles(32, 128, 2, 3)}):
+        for x, weight in [(torch.randn(1, 40, 256, device="cuda", dtype=torch.bfloat16), w),
+                          (torch.randn(8, 1, 256, device="cuda"), w.float()),
+                          (torch.randn(skinny_gemm.MAX_ROWS + 1, 1, 256, device="cuda", dtype=torch.bfloat16), w)]:
+            assert torch.equal(skinny_gemm.linear(x, weight), F.linear(x, weight))
+        assert calls == []
+        x = torch.randn(8, 1, 256, device="cuda", dtype=torch.bfloat16)
+        y, ref = skinny_gemm.linear(x, w), x.float() @ w.float().t()
+    assert calls == [(8, 256)] and y.shape == (8, 1, 128)
+    assert ((y.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
 @pytest.mark.gpu

@@ -46,10 +46,11 @@ def device_ms(fn, repeat: int) -> float:
 
 def best_options(ms: dict[str, float | str], min_gain: float = MIN_GAIN, baseline: str = "{}") -> dict:
     """The fastest candidate (keys: JSON of the options) if it beats the baseline (default: the default
-    options, '{}') by more than min_gain, else the baseline; entries that are error strings never win."""
+    options, '{}') by more than min_gain, else the baseline; entries that are error strings never win, and
+    nothing beats a baseline that has no time."""
     timed = {k: v for k, v in ms.items() if isinstance(v, float)}
     if baseline not in timed:
-        return {}
+        return json.loads(baseline)
     best = min(timed, key=timed.get)
     return json.loads(best if timed[best] < (1 - min_gain) * timed[baseline] else baseline)
 

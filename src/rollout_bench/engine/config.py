@@ -60,6 +60,8 @@ class EngineConfig:
         for opts in (self.decode_kernel_options, self.prefill_kernel_options):
             unknown = set(opts) - KERNEL_OPTION_KEYS
             assert not unknown, f"unknown flex kernel options {sorted(unknown)}; known: {sorted(KERNEL_OPTION_KEYS)}"
+        assert "GEMM_TILES" not in self.prefill_kernel_options, \
+            "GEMM_TILES is a decode option (decode_kernel_options): prefill's GEMMs are cuBLAS's"
         # The decode kernel then steps from one KV block to the next without reading kv_indices, but a
         # sequence's pages are wherever the allocator found them (and shared across a GRPO group).
         assert not self.decode_kernel_options.get("BLOCKS_ARE_CONTIGUOUS"), \

@@ -14,7 +14,8 @@ def float_logits(head: torch.nn.Linear, h: torch.Tensor) -> torch.Tensor:
     if h.dtype == torch.float32:
         return head(h)
     if h.is_cuda:
-        tiles = skinny_gemm.tiles_for(h, head.weight) if h.dim() == 2 else None  # a decode graph's [b, hidden]
+        # tiles only inside a decode graph's capture (skinny_gemm.active): prefill's [n, hidden] takes cuBLAS
+        tiles = skinny_gemm.tiles_for(h, head.weight) if h.dim() == 2 else None
         z = (torch.mm(h, head.weight.t(), out_dtype=torch.float32) if tiles is None
              else skinny_gemm.triton_linear(h.contiguous(), head.weight, tiles, out_dtype=torch.float32))
     else:  # mm's out_dtype is CUDA-only; fp32 products of bf16 inputs are exact, only the sum order differs

@@ -29,6 +29,8 @@ DTYPES = (torch.bfloat16, torch.float16)  # fp32 weights would make tl.dot round
 
 @dataclass(frozen=True, slots=True)
 class Tiles:
+    """A program's w tile (block_n x block_k), the K splits asked for, Triton's stages and warps. split_k is a
+    ceiling: each split is a whole number of K tiles, so K = 2560 at s8 (BLOCK_K 128) runs 7 splits (`splits`)."""
     block_n: int
     block_k: int
     split_k: int
@@ -126,19 +128,23 @@ def triton_linear(x: torch.Tensor, w: torch.Tensor, tiles: Tiles, out: torch.Ten
     """x [M, K] (M <= 16), w [N, K] -> y [M, N] in out_dtype (default x's). `scratch` [splits, M, N] fp32: the split
     sums (allocated when None; the benchmark passes its own)."""
     global _KERNELS
-    if _KERNELS is None:
-        _KERNELS = _kernels()
-    partial_kernel, reduce_kernel = _KERNELS
     m, k = x.shape
     n = w.shape[0]
     assert m <= BLOCK_M and w.shape[1] == k and x.stride(1) == 1 and w.stride(1) == 1, (x.shape, w.shape)
     assert tiles.fits(n, k), (n, k, tiles)
+    assert n * k < 2**31, "the kernels index w with 32-bit offsets"
     if out is None:
         out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
+    assert out.shape == (m, n) and out.is_contiguous(), (out.shape, "the reduce writes y as m * n contiguous values")
     s, per = splits(k, tiles), k_per_split(k, tiles)
     direct = s == 1
     if not direct and scratch is None:
         scratch = torch.empty((s, m, n), dtype=torch.float32, device=x.device)
+    assert direct or (scratch.shape == (s, m, n) and scratch.dtype == torch.float32 and scratch.is_contiguous()), \
+        (None if direct else scratch.shape, (s, m, n))
+    if _KERNELS is None:
+        _KERNELS = _kernels()
+    partial_kernel, reduce_kernel = _KERNELS
     target = out if direct else scratch
     partial_kernel[(n // tiles.block_n, s)](
         x, w, target, m, n, k, per, x.stride(0), w.stride(0), 0 if direct else target.stride(0), target.stride(-2),
@@ -149,7 +155,8 @@ def triton_linear(x: torch.Tensor, w: torch.Tensor, tiles: Tiles, out: torch.Ten
     return out
 
 
-# weight shape (n, k) -> tiles, while a decode graph of at most MAX_ROWS rows is warmed up and captured
+# weight shape (n, k) -> tiles, while a decode graph of at most MAX_ROWS rows is warmed up and captured. One table per
+# process: an engine's captures run one at a time on the thread that drives it
 _ACTIVE: dict[tuple[int, int], Tiles] = {}
 
 
@@ -171,7 +178,8 @@ def tiles_for(x: torch.Tensor, w: torch.Tensor) -> Tiles | None:
 
 @torch.library.custom_op("rollout_bench::decode_linear", mutates_args=())
 def decode_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [M, K], w [N, K] -> [M, N]: the active tiles' kernel for w's shape, else cuBLAS."""
+    """x [M, K], w [N, K] -> [M, N]: the active tiles' kernel for w's shape, else cuBLAS. Inference only: no
+    autograd formula (the engine runs under no_grad; training goes through the trainer's own model)."""
     tiles = tiles_for(x, w)
     return torch.mm(x, w.t()) if tiles is None else triton_linear(x.contiguous(), w, tiles)
 
@@ -182,8 +190,9 @@ def _(x, w):
 
 
 def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """F.linear(x, w) for bias-free x [N, T, K]: through decode_linear at decode (T = 1: static in the compiled decode
-    layer code, while prefill's packed T is not) of bf16/fp16 weights on CUDA."""
+    """F.linear(x, w) for bias-free x [N, T, K]: through decode_linear where T = 1 (decode: static in the compiled
+    decode layer code, while prefill's packed T is not; a prefill of one token would pass too, and take cuBLAS,
+    since prefill runs outside `active`) of bf16/fp16 weights on CUDA."""
     if x.dim() != 3 or x.shape[1] != 1 or not x.is_cuda or w.dtype not in DTYPES:
         return F.linear(x, w)
     n = x.shape[0]
