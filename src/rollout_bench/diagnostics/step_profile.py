@@ -25,15 +25,15 @@ SCOPE = "rollout_bench::"
 # the scopes `scoped` opens; other events of the prefix are ops of the package's own namespace
 # (engine/skinny_gemm.py's rollout_bench::decode_linear), not scopes
 SCOPES = frozenset({"attention", "block_mask", "sampling"})
+# GPU: cuBLAS (nvjet_*, sm90_xmma_gemm_*, cublasLt::splitKreduce_kernel), CUTLASS, gemv, engine/skinny_gemm.py's
+# split-K kernels (skinny_gemm_partial, skinny_gemm_reduce); CPU: aten's own names
+GEMM = re.compile(r"nvjet|gemm|gemv|cutlass|xmma|cublas|splitk|^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$", re.I)
 
 
 def scope_of(name: str) -> str | None:
     """The class a scope event names, None for any other event."""
     rest = name[len(SCOPE):] if name.startswith(SCOPE) else None
     return rest if rest in SCOPES else None
-# GPU: cuBLAS (nvjet_*, sm90_xmma_gemm_*, cublasLt::splitKreduce_kernel), CUTLASS, gemv, engine/skinny_gemm.py's
-# split-K kernels (skinny_gemm_partial, skinny_gemm_reduce); CPU: aten's own names
-GEMM = re.compile(r"nvjet|gemm|gemv|cutlass|xmma|cublas|splitk|^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear)$", re.I)
 
 
 def library_class(name: str) -> str:
