@@ -5,8 +5,8 @@ every flex job of that model.
 candidate's decode-step time and the winner (diagnostics/decode_sweep.py). At batch sizes of at most
 skinny_gemm.MAX_ROWS rows it then times the decode GEMMs' tiles per weight shape against cuBLAS
 (diagnostics/gemm_bench.tune_tiles) and, where some shape's tiles win, the whole decode step with and without them
-(the attention winner's options, plus GEMM_TILES): the tiles are kept only if the step is faster by MIN_GAIN. `options_for` picks the entry a
-flex job of batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
+(the attention winner's options, plus GEMM_TILES): the tiles are kept only if the step is faster by MIN_GAIN.
+`options_for` picks the entry a flex job of batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
 to tune (the CPU path ignores kernel options): the file then says so and replays nothing.
 """
 import time
@@ -40,7 +40,7 @@ def run(*, model: str, model_dir: str, batch_sizes: list[int], prompt_tokens: li
             # token ids only set the context lengths; values don't change kernel time
             prompts = random_model.prompts(b, engine.runner.vocab, lo, hi, seed=seed + b)
             rec = record["by_batch"][str(b)] = decode_sweep.step_sweep(engine, prompts, max_new_tokens)
-            gemm = gemm_bench.tune_tiles(engine.runner, rec["bucket"], min_gain=decode_sweep.MIN_GAIN)
+            gemm = gemm_bench.tune_tiles(engine.runner, rec["bucket"])
             if gemm is not None:
                 rec["gemm"] = gemm
             if gemm and gemm["tiles"]:

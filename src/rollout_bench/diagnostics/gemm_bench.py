@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from ..engine import skinny_gemm
+from ..engine import skinny_gemm, smem
+from .decode_sweep import MIN_GAIN
 
 CUBLAS = ("cublas", "cublaslt", "cublas_wxT")
 MAX_REL_ERR = 1e-2  # bf16 operands, fp32 accumulation
@@ -178,13 +179,11 @@ def runner_weights(runner) -> dict[str, list] | None:
     return out
 
 
-def tune_tiles(runner, rows: int, repeats: int = 10, min_gain: float = 0.02) -> dict | None:
+def tune_tiles(runner, rows: int, repeats: int = 10, min_gain: float = MIN_GAIN) -> dict | None:
     """The autotune pass's GEMM step: per weight shape of the runner's decode, cuBLAS and each of
     skinny_gemm.TUNE_CANDIDATES that fit, timed at `rows` rows on the layers' own weights. tiles: the shapes whose
     fastest candidate beats cuBLAS by more than min_gain, with it (the decode option GEMM_TILES). None where the
     runner's decode does not go through skinny_gemm."""
-    from ..engine import smem
-
     weights = runner_weights(runner)
     if weights is None or rows > skinny_gemm.MAX_ROWS:
         return None
@@ -218,7 +217,6 @@ def _time_shape(shape: dict, w, ms: list[int], repeats: int, smem_limit: int, lo
 def run(*, model: str, config: dict, ms: list[int], out: str, table_out: str | None = None, repeats: int = 20,
         seed: int = 0) -> dict:
     from .. import atomic, copy_rate, stats
-    from ..engine import smem
 
     if not torch.cuda.is_available():
         raise RuntimeError("gemm_bench times CUDA graphs: run it on a GPU host")
