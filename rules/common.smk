@@ -140,8 +140,8 @@ def job_workload(wc):
 
 
 def autotune_input(wc):
-    """flex jobs replay the model's tuned decode kernel options when autotune is enabled (a warm start's
-    are its random base's)."""
+    """flex jobs, generation and GRPO rollouts, replay the model's tuned decode kernel options when autotune is
+    enabled (a warm start's are its random base's)."""
     if wc.backend == "flex" and CFG["autotune"]["enabled"]:
         return [f"results/autotune/{rb_config.autotune_slug(model_source(wc.model))}/decode_opts.json"]
     return []

@@ -12,6 +12,7 @@ rule train:
         model=model_input,
         adapter=lambda wc: lora_dir(wc.model),
         dataset=lambda wc: dataset_input(CFG["train"]["dataset"]),
+        autotune=autotune_input,
         code=train_sources,
     output:
         "results/train/{model}/{backend}/steps{steps}-seed{seed}.json",
@@ -37,7 +38,8 @@ rule train:
         f"{LEASE}{{params.alone}}--pin '{{params.pin}}' -- "
         "python -m rollout_bench train --backend {wildcards.backend} --model {wildcards.model} "
         "--workload {params.workload:q} --model-dir {params.model_dir} --adapter {params.adapter} "
-        "--dataset {params.dataset} --steps {wildcards.steps} {params.max_wall} --out {output} > {log} 2>&1"
+        "--dataset {params.dataset} --steps {wildcards.steps} {params.max_wall} --autotune '{input.autotune}' "
+        "--out {output} > {log} 2>&1"
 
 
 rule band:

@@ -281,3 +281,35 @@ def test_flex_rollout_engine_shares_the_trainers_base_as_its_pristine_copy(grpo_
     engine.generate([[1, 2, 3]], Sampling(), 4)
     assert all(torch.equal(p, before[n]) for n, p in peft_model.named_parameters())
     assert any(p.requires_grad for p in peft_model.parameters())  # the trainer's LoRA stays trainable
+
+
+def test_flex_rollout_replays_the_autotune_record_for_one_rollouts_rows(grpo_assets, tmp_path, monkeypatch):
+    """A flex GRPO job replays the tuned entry for the rows one rollout decodes (prompts x completions) into its
+    engine options, as a generation job of that batch would, and records it; its own engine options win."""
+    import json
+
+    tuned = {"status": "ok", "by_batch": {"4": {"best": {"BLOCK_N": 32}}, "64": {"best": {"BLOCK_N": 64}}}}
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(tuned))
+    seen = []
+
+    def train(backend, spec, **kw):
+        seen.append(spec)
+        raise RuntimeError("stop after the spec")
+
+    monkeypatch.setattr(driver, "train", train)
+    kw = dict(backend="flex", model="qwen3-tiny", model_dir=grpo_assets["model"], adapter_dir=grpo_assets["lora"],
+              dataset_dir=grpo_assets["dataset"], steps=1, out=str(tmp_path / "t.json"), autotune=str(path))
+    with pytest.raises(RuntimeError, match="stop after the spec"):
+        job.run_job(workload=WORKLOAD, **kw)  # 1 prompt x 4 completions: the 4-row entry
+    with pytest.raises(RuntimeError):
+        job.run_job(workload={**WORKLOAD, "per_device_train_batch_size": 8}, **kw)  # 8 rows: the next tuned size
+    own = {**WORKLOAD, "options": {"engine": {"decode_kernel_options": {"BLOCK_N": 16}, "page_size": 16}}}
+    with pytest.raises(RuntimeError):
+        job.run_job(workload=own, **kw)
+    assert [s.options["engine"]["decode_kernel_options"] for s in seen] == [{"BLOCK_N": 32}, {"BLOCK_N": 64},
+                                                                            {"BLOCK_N": 16}]
+    assert seen[2].options["engine"]["page_size"] == 16
+    from rollout_bench.engine import EngineConfig
+
+    assert EngineConfig.from_options(seen[0].options["engine"]).decode_kernel_options == {"BLOCK_N": 32}

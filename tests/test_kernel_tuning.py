@@ -21,6 +21,21 @@ def test_options_for_picks_smallest_tuned_batch_at_least_the_jobs():
     assert kernel_tuning.options_for({"status": "skipped", "by_batch": {}}, 64) == {}
 
 
+def test_replay_merges_the_picked_entry_unless_the_job_sets_its_own(tmp_path):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(record(**{"8": {"GEMM_TILES": {"2560x4096": "n32_k128_s4_st4_w4"}}})))
+    opts, info = kernel_tuning.replay(path, 4, {"page_size": 16})
+    assert opts == {"page_size": 16, "decode_kernel_options": {"GEMM_TILES": {"2560x4096": "n32_k128_s4_st4_w4"}}}
+    assert info == {"file": str(path), "status": "ok", "replayed": opts["decode_kernel_options"],
+                    "tuned": opts["decode_kernel_options"]}
+    own = {"decode_kernel_options": {"num_warps": 8}}
+    opts, info = kernel_tuning.replay(path, 4, own)
+    assert opts == own and info["replayed"] == {} and info["tuned"]["GEMM_TILES"]
+    path.write_text(json.dumps({"status": "skipped", "by_batch": {}}))  # tuned on a host without CUDA
+    assert kernel_tuning.replay(path, 4, {}) == ({}, {"file": str(path), "status": "skipped", "replayed": {},
+                                                      "tuned": {}})
+
+
 def test_best_options_needs_a_real_gain_over_the_default():
     assert decode_sweep.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': 0.99}) == {}  # within MIN_GAIN: keep default
     assert decode_sweep.best_options({"{}": 1.0, '{"SPLIT_KV": 2}': 0.9}) == {"SPLIT_KV": 2}

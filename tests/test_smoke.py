@@ -83,8 +83,13 @@ def test_prepare_refuses_a_checkout_and_repoints_stale_links(tmp_path):
 
 def test_autotune_is_expected_only_for_models_a_flex_job_runs():
     cfg = resolved("smoke")
-    assert any(o.startswith("results/autotune/qwen3-tiny/") for o, _ in smoke.expected(cfg))
-    no_flex = {**cfg, "backends": [b for b in cfg["backends"] if b != "flex"]}
+    tuned = {o for o, _ in smoke.expected(cfg) if o.startswith("results/autotune/")}
+    # the generation model's, and the GRPO learner's (its flex rollout replays it)
+    assert tuned == {"results/autotune/qwen3-tiny/decode_opts.json", "results/autotune/qwen3-tiny-hd64/decode_opts.json"}
+    no_rollout = {**cfg, "train_backends": [b for b in cfg["train_backends"] if b != "flex"]}
+    assert {o for o, _ in smoke.expected(no_rollout) if o.startswith("results/autotune/")} == {
+        "results/autotune/qwen3-tiny/decode_opts.json"}
+    no_flex = {**no_rollout, "backends": [b for b in cfg["backends"] if b != "flex"]}
     assert not any(o.startswith("results/autotune/") for o, _ in smoke.expected(no_flex))
 
 

@@ -336,12 +336,18 @@ def autotune_slug(model: str) -> str:
 
 
 def flex_slugs(cfg: dict) -> list[str]:
-    """The models whose autotune record some flex job replays (autotune_slug), in first-seen order."""
+    """The models whose autotune record some flex generation job replays (autotune_slug), in first-seen order."""
     return list(dict.fromkeys(autotune_slug(j.model) for j in gen_jobs(cfg) if j.backend == "flex"))
 
 
+def tuned_slugs(cfg: dict) -> list[str]:
+    """The models whose autotune record some flex job replays, generation or GRPO rollout, in first-seen order."""
+    trained = [autotune_slug(j.model) for j in train_jobs(cfg) if j.backend == "flex"]
+    return list(dict.fromkeys(flex_slugs(cfg) + trained))
+
+
 def decode_profile_paths(cfg: dict) -> list[str]:
-    """One decode profile per model whose autotune record a flex job replays (decode_profile.enabled)."""
+    """One decode profile per model whose autotune record a flex generation job replays (decode_profile.enabled)."""
     if not cfg["decode_profile"]["enabled"]:
         return []
     return [f"results/decode_profile/{slug}/decode_step.json" for slug in flex_slugs(cfg)]

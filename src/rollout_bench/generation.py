@@ -160,13 +160,8 @@ def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict
     if reason:
         return stats.finish(stats.skipped(record, reason), out)
     if autotune:
-        tuned = kernel_tuning.load(autotune)
-        replay = kernel_tuning.options_for(tuned, workload["batch_size"])
-        own = "decode_kernel_options" in workload["options"]
-        record["autotune"] = {"file": autotune, "status": tuned["status"], "replayed": {} if own else replay,
-                              "tuned": replay}
-        if replay and not own:
-            workload = {**workload, "options": {**workload["options"], "decode_kernel_options": replay}}
+        options, record["autotune"] = kernel_tuning.replay(autotune, workload["batch_size"], workload["options"])
+        workload = {**workload, "options": options}
 
     tok = prompt_assets.load_tokenizer(model_dir, workload["chat_template"])
     rounds, warmup = prompt_assets.select(tok, workload, dataset_dir)

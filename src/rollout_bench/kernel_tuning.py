@@ -64,3 +64,16 @@ def options_for(tuned: dict, batch_size: int) -> dict:
 
 def load(path) -> dict:
     return stats.read_json(path)  # a corrupt record fails naming the file
+
+
+def replay(path, batch_size: int, options: dict) -> tuple[dict, dict]:
+    """A flex job's decode kernel options with the record at `path` replayed for `batch_size` rows, unless
+    `options` (the job's own engine options) set decode_kernel_options themselves; and what the job's stats
+    record of it (`autotune`: the file, its status, what was tuned for that size and what was replayed)."""
+    tuned = load(path)
+    picked = options_for(tuned, batch_size)
+    own = "decode_kernel_options" in options
+    info = {"file": str(path), "status": tuned["status"], "replayed": {} if own else picked, "tuned": picked}
+    if picked and not own:
+        options = {**options, "decode_kernel_options": picked}
+    return options, info

@@ -56,8 +56,8 @@ def expected(cfg: dict) -> list[tuple[str, str]]:
     out = []
     for base in sorted({b for m in config.all_models(cfg) if (b := config.model_assets.warm_base(m))}):
         out.append((f"results/assets/models/{base}-warm", f"results/logs/assets/warmstart_{base}.log"))
-    # the autotune pass runs for each model a flex job replays it on
-    tuned = sorted(config.flex_slugs(cfg)) if cfg["autotune"]["enabled"] else []
+    # the autotune pass runs for each model a flex job (generation or GRPO rollout) replays it on
+    tuned = sorted(config.tuned_slugs(cfg)) if cfg["autotune"]["enabled"] else []
     profiles = config.decode_profile_paths(cfg)
     outputs = ([f"results/autotune/{slug}/decode_opts.json" for slug in tuned]
                + [j.path for j in config.gen_jobs(cfg)] + [j.path for j in config.train_jobs(cfg)]

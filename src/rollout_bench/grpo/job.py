@@ -5,10 +5,11 @@ imports unsloth, which has to precede transformers and TRL in the process.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
-from .. import envinfo, stats
+from .. import envinfo, kernel_tuning, stats
 from . import availability, timing
 from .config import TrainSpec
 
@@ -55,7 +56,9 @@ def gate(run: driver.Run, spec: TrainSpec, steps: int) -> str | None:
 
 def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter_dir: str | None,
             dataset_dir: str, steps: int, out: str, variant: str = "default",
-            max_wall_s: float | None = None) -> dict:
+            max_wall_s: float | None = None, autotune: str | None = None) -> dict:
+    """autotune: a kernel_tuning record whose decode kernel options the flex rollout engine replays, as a
+    generation job of as many rows (one rollout's), unless the workload's engine options set them."""
     record = stats.base("train", backend=backend, variant=variant, model=model, workload=workload)
     reason = availability.unavailable(backend, envinfo.gpu_info()["gpu_count"], model_dir)
     if reason:
@@ -64,6 +67,11 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
     from . import driver
 
     spec = TrainSpec.from_workload(workload)
+    if autotune:
+        assert backend == "flex", f"only the flex rollout replays an autotune record, not {backend}"
+        engine, record["autotune"] = kernel_tuning.replay(autotune, spec.batch_size * spec.gradient_accumulation_steps,
+                                                          spec.options.get("engine", {}))
+        spec = dataclasses.replace(spec, options={**spec.options, "engine": engine})
     run = driver.train(backend, spec, model_dir=model_dir, adapter_dir=adapter_dir or None,
                        dataset_dir=dataset_dir, steps=steps, max_wall_s=max_wall_s)
     record.update(run.info, steps_planned=steps)
