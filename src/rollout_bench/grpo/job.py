@@ -68,7 +68,8 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
 
     spec = TrainSpec.from_workload(workload)
     if autotune:
-        assert backend == "flex", f"only the flex rollout replays an autotune record, not {backend}"
+        if backend != "flex":
+            raise ValueError(f"--autotune: only the flex rollout replays an autotune record, not {backend}: drop it")
         engine, record["autotune"] = kernel_tuning.replay(autotune, spec.batch_size * spec.gradient_accumulation_steps,
                                                           spec.options.get("engine", {}))
         spec = dataclasses.replace(spec, options={**spec.options, "engine": engine})
