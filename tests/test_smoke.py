@@ -85,7 +85,8 @@ def test_autotune_is_expected_only_for_models_a_flex_job_runs():
     cfg = resolved("smoke")
     tuned = {o for o, _ in smoke.expected(cfg) if o.startswith("results/autotune/")}
     # the generation model's, and the GRPO learner's (its flex rollout replays it)
-    assert tuned == {"results/autotune/qwen3-tiny/decode_opts.json", "results/autotune/qwen3-tiny-hd64/decode_opts.json"}
+    assert tuned == {"results/autotune/qwen3-tiny/decode_opts.json",
+                     "results/autotune/qwen3-tiny-hd64/decode_opts.json"}
     no_rollout = {**cfg, "train_backends": [b for b in cfg["train_backends"] if b != "flex"]}
     assert {o for o, _ in smoke.expected(no_rollout) if o.startswith("results/autotune/")} == {
         "results/autotune/qwen3-tiny/decode_opts.json"}

@@ -6,8 +6,10 @@ candidate's decode-step time and the winner (diagnostics/decode_sweep.py). At ba
 skinny_gemm.MAX_ROWS rows it then times the decode GEMMs' tiles per weight shape against cuBLAS
 (diagnostics/gemm_bench.tune_tiles) and, where some shape's tiles win, the whole decode step with and without them
 (the attention winner's options, plus GEMM_TILES): the tiles are kept only if the step is faster by MIN_GAIN.
-`options_for` picks the entry a flex job of batch size B replays: the smallest tuned batch >= B, else the largest. Without CUDA there is nothing
-to tune (the CPU path ignores kernel options): the file then says so and replays nothing.
+`options_for` picks the entry a flex job of batch size B replays: the smallest tuned batch >= B, else the
+largest; `replay` merges it into a job's engine options (generation jobs, and GRPO's flex rollout for the rows one
+rollout decodes). Without CUDA there is nothing to tune (the CPU path ignores kernel options): the file then says so
+and replays nothing.
 """
 import time
 
