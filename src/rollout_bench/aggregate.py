@@ -7,8 +7,8 @@ GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generat
                "sampling", "status", "reason", "decode_tps", "decode_tps_best", "prompt_tps",
                "median_wall_s", "n_decoded_tokens", "ignore_eos", "len_p50", "len_p90", "eos_rate",
                "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb",
-               "peak_reserved_gb", "setup_s", "rounds", "gpu_name", "gpu_ids", "torch", "transformers", "started_at",
-               "path"]
+               "peak_reserved_gb", "setup_s", "rounds", "round_spread", "fresh_prompts", "gpu_name", "gpu_ids",
+               "gpu_uuids", "neighbours", "torch", "transformers", "started_at", "wall_s", "path"]
 
 
 def generation_row(rec: dict, path: str) -> dict:
@@ -18,6 +18,8 @@ def generation_row(rec: dict, path: str) -> dict:
     done = rec.get("completions") or {}
     lengths = done.get("completion_tokens") or {}
     bandwidth = (rec.get("engine") or {}).get("bandwidth") or {}  # engines that count their bytes (flex)
+    rounds = rec.get("rounds") or []
+    walls = [r["wall_s"] for r in rounds]
     return {
         "model": rec["model"], "backend": rec["backend"], "variant": rec["variant"],
         "case": rec.get("case", ""), "batch_size": wl.get("batch_size"),
@@ -32,11 +34,25 @@ def generation_row(rec: dict, path: str) -> dict:
         "decode_gb_per_s": bandwidth.get("decode_gb_per_s"), "of_copy_rate": bandwidth.get("of_copy_rate"),
         "peak_alloc_gb": peak.get("allocated"),
         "peak_reserved_gb": max(reserved) if reserved else None,
-        "setup_s": rec.get("setup_s"), "rounds": len(rec.get("rounds", [])),
+        "setup_s": rec.get("setup_s"), "rounds": len(rounds),
+        "round_spread": max(walls) / min(walls) - 1 if walls and min(walls) > 0 else None,
+        # each timed round sent prompts of its own (rounds record their prompt tokens since 2026-12-03); before,
+        # every round re-sent the same prompts, which vLLM's prefix cache then skipped
+        "fresh_prompts": bool(rounds) and all("prompt_tokens" in r for r in rounds),
         "gpu_name": env.get("gpu_name") or "cpu", "gpu_ids": ",".join(map(str, rec["gpu_ids"])),
+        "gpu_uuids": ",".join(env.get("gpu_uuids") or []),
+        "neighbours": neighbours(rec.get("isolation")),
         "torch": env.get("torch"), "transformers": env.get("transformers"),
-        "started_at": rec["started_at"], "path": path,
+        "started_at": rec["started_at"], "wall_s": rec["wall_s"], "path": path,
     }
+
+
+def neighbours(isolation: dict | None) -> int | None:
+    """How many other leases overlapped a job's timed rounds; None where its stats do not say (no isolation record
+    before 2026-11-30, or a job run without a lease)."""
+    if not isolation or not isolation.get("lease"):
+        return None
+    return len(isolation.get("neighbours") or [])
 
 
 def generation_frame(paths: list[str]) -> pd.DataFrame:

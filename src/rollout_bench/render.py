@@ -9,7 +9,7 @@ from . import atomic
 STATUS_MARK = {"skipped": "skipped", "failed": "failed (gate)"}
 
 
-def _fmt(v, spec=",.0f"):
+def fmt(v, spec=",.0f"):
     return "" if v is None or pd.isna(v) else format(v, spec)
 
 
@@ -37,10 +37,10 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
                   f"| peak alloc GB | peak reserved GB | setup s | status |",
                   "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
         for r in g.sort_values(["backend", "variant", "batch_size"]).itertuples():
-            lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {_fmt(r.decode_tps)} "
-                         f"| {_fmt(r.decode_tps_best)} | {_fmt(r.pct_of_ref, '.1f')} | {_bandwidth(r)} "
-                         f"| {_fmt(r.peak_alloc_gb, '.2f')} | {_fmt(r.peak_reserved_gb, '.2f')} "
-                         f"| {_fmt(r.setup_s, '.1f')} | {_status(r)} |")
+            lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {fmt(r.decode_tps)} "
+                         f"| {fmt(r.decode_tps_best)} | {fmt(r.pct_of_ref, '.1f')} | {_bandwidth(r)} "
+                         f"| {fmt(r.peak_alloc_gb, '.2f')} | {fmt(r.peak_reserved_gb, '.2f')} "
+                         f"| {fmt(r.setup_s, '.1f')} | {_status(r)} |")
         lines.append("")
     hw = ", ".join(sorted(set(df.gpu_name.astype(str))))
     lines.insert(0, f"Hardware: {hw}. Decode tok/s = the median over rounds of a round's decoded tokens / its wall; "
@@ -66,7 +66,7 @@ def decode_step_table(records: list[dict]) -> str:
             parts = [p["class_ms"][c] for c in PROFILE_CLASSES] + [p["gaps_ms"]]
             lines.append(f"| {rec['model']} | {b} | {p['replay']} | {p['step_ms']:.3f} | "
                          + " | ".join(_share(ms, p["profiled_step_ms"]) for ms in parts)
-                         + f" | {_fmt(p['kernels_per_step'], '.0f')} | {hw} |")
+                         + f" | {fmt(p['kernels_per_step'], '.0f')} | {hw} |")
     return ("Where one decode step's time goes (diagnostics/step_profile.py), mid-generation, greedy, with the "
             "kernel options flex jobs replay. Step ms: the step alone, unprofiled; each class and the gaps: "
             "milliseconds per step in the profiled steps, and their share of those. Off CUDA the steps are "
@@ -85,7 +85,7 @@ def _bandwidth(r) -> str:
     if gbps is None or pd.isna(gbps):
         return ""
     frac = getattr(r, "of_copy_rate", None)
-    return _fmt(gbps) + ("" if frac is None or pd.isna(frac) else f" ({frac:.0%})")
+    return fmt(gbps) + ("" if frac is None or pd.isna(frac) else f" ({frac:.0%})")
 
 
 def _status(r) -> str:
@@ -102,24 +102,24 @@ def _eos_section(model: str, case: str, g: pd.DataFrame, reference: str) -> list
              f"| time to last s | decode occupancy | peak alloc GB | status |",
              "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for r in g.sort_values(["backend", "variant", "batch_size"]).itertuples():
-        eos = _fmt(100 * r.eos_rate, ".0f") + " %" if pd.notna(r.eos_rate) else "—"
-        lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {_fmt(r.decode_tps)} "
-                     f"| {_fmt(r.pct_of_ref, '.1f')} | {_fmt(r.len_p50)} | {_fmt(r.len_p90)} | {eos} "
-                     f"| {_fmt(r.time_to_last_s, '.2f')} | {_fmt(r.decode_occupancy, '.2f') or '—'} "
-                     f"| {_fmt(r.peak_alloc_gb, '.2f')} | {_status(r)} |")
+        eos = fmt(100 * r.eos_rate, ".0f") + " %" if pd.notna(r.eos_rate) else "—"
+        lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {fmt(r.decode_tps)} "
+                     f"| {fmt(r.pct_of_ref, '.1f')} | {fmt(r.len_p50)} | {fmt(r.len_p90)} | {eos} "
+                     f"| {fmt(r.time_to_last_s, '.2f')} | {fmt(r.decode_occupancy, '.2f') or '—'} "
+                     f"| {fmt(r.peak_alloc_gb, '.2f')} | {_status(r)} |")
     return lines + ["", "Lengths in tokens (EOS included); time to last = the median round wall, which ends with "
                         "the last completion; decode occupancy = rows the engine decoded per decode step / batch "
                         "(— where the engine does not count its rows).", ""]
 
 
-def _peak_gb(df: pd.DataFrame) -> pd.Series:
+def peak_gb(df: pd.DataFrame) -> pd.Series:
     """Peak GPU memory: the engine's reserved pool where it reports one, else torch's peak allocation."""
     return df.peak_reserved_gb.fillna(df.peak_alloc_gb)
 
 
 def _best_ok(df: pd.DataFrame, backend: str) -> pd.DataFrame:
     """Per model/case/batch: the backend's fastest ok variant, else its first row (to say why not)."""
-    g = df[df.backend == backend].assign(ok=lambda d: d.status == "ok", peak_gb=_peak_gb)
+    g = df[df.backend == backend].assign(ok=lambda d: d.status == "ok", peak_gb=peak_gb)
     g = g.sort_values(["ok", "decode_tps"], ascending=False, na_position="last")
     return g.drop_duplicates(["model", "case", "batch_size"]).set_index(["model", "case", "batch_size"])
 
@@ -142,12 +142,12 @@ def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
         r = t.loc[key]
         if r.status != "ok":
             return r.variant, r.status, None, ""
-        return r.variant, _fmt(r.decode_tps), r.decode_tps, _fmt(r.peak_gb, ".1f")
+        return r.variant, fmt(r.decode_tps), r.decode_tps, fmt(r.peak_gb, ".1f")
 
     for key in keys:
         first = (left if key in left.index else right).loc[key]
         (na, ta, va, ma), (nb, tb, vb, mb) = side(left, key), side(right, key)
-        ratio = _fmt(va / vb, ".2f") if va is not None and vb else ""
+        ratio = fmt(va / vb, ".2f") if va is not None and vb else ""
         lines.append(f"| {key[0]} | {key[1]} | {first.lora_rank} | {first.sampling} | {first.num_generations} "
                      f"| {key[2]} | {na} | {ta} | {nb} | {tb} | {ratio} | {ma} | {mb} |")
     return "\n".join(lines) + "\n"
@@ -171,7 +171,7 @@ def tps_vs_batch(df: pd.DataFrame) -> alt.Chart:
 
 
 def tps_vs_memory(df: pd.DataFrame) -> alt.Chart:
-    ok = df[df.status == "ok"].assign(engine=lambda d: d.backend + "/" + d.variant, peak_gb=_peak_gb)
+    ok = df[df.status == "ok"].assign(engine=lambda d: d.backend + "/" + d.variant, peak_gb=peak_gb)
     return (alt.Chart(ok).mark_point(filled=True, size=80)
             .encode(x=alt.X("peak_gb:Q", title="peak GPU memory GB (reserved where the engine reports it)"),
                     y=alt.Y("decode_tps:Q", title="decode tok/s"), color=alt.Color("engine:N", legend=LEGEND),
