@@ -199,6 +199,8 @@ def test_the_command_rewrites_the_block_and_check_fails_until_it_has(tmp_path, c
     readme.write_text("# no markers\n")
     assert standings.main(args) == 2
     assert "expected one '<!-- standings:begin -->' line" in capsys.readouterr().err
+    assert standings.main(["--published", str(tmp_path / "nowhere"), "--readme", str(readme)]) == 2
+    assert f"--published {tmp_path / 'nowhere'}: not found" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text", ["no markers", f"{standings.END}\n{standings.BEGIN}",

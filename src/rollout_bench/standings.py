@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ROOT, aggregate, atomic, stats
+from . import aggregate, atomic, stats
 from .render import fmt, peak_gb
 
 GEN_KEY = ["model", "lora_rank", "sampling", "num_generations", "batch_size", "case"]
@@ -340,9 +340,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rollout_bench.standings", description=__doc__.split("\n\n")[0])
     ap.add_argument("--published", default="results/published", help="the published runs")
     ap.add_argument("--readme", default="README.md", help="the file whose standings block is rewritten")
-    ap.add_argument("--config", default=str(ROOT / "config/config.yaml"), help="whose gpu profile names the models")
+    ap.add_argument("--config", default="config/config.yaml", help="whose gpu profile names the models")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 where the block is out of date")
     a = ap.parse_args(argv)
+    for flag, path, is_ok in (("--published", a.published, Path.is_dir), ("--readme", a.readme, Path.is_file),
+                              ("--config", a.config, Path.is_file)):
+        if not is_ok(Path(path)):
+            print(f"{flag} {path}: not found (run from the checkout's root, or pass {flag})", file=sys.stderr)
+            return 2
     try:
         current = update(a.readme, a.published, gpu_models(a.config), check=a.check)
     except ValueError as e:
