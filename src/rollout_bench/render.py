@@ -79,13 +79,15 @@ def _share(ms: float, whole: float) -> str:
     return f"{ms:.3f} ({ms / whole:.0%})" if whole else f"{ms:.3f}"
 
 
-def _bandwidth(r) -> str:
-    """'3,120 (73%)'; the fraction only where the copy rate was measured (CUDA)."""
-    gbps = getattr(r, "decode_gb_per_s", None)
+def bandwidth(gbps, frac) -> str:
+    """'3,120 (73%)': decode GB/s and its fraction of the copy rate, the fraction only where it was measured (CUDA)."""
     if gbps is None or pd.isna(gbps):
         return ""
-    frac = getattr(r, "of_copy_rate", None)
     return fmt(gbps) + ("" if frac is None or pd.isna(frac) else f" ({frac:.0%})")
+
+
+def _bandwidth(r) -> str:
+    return bandwidth(getattr(r, "decode_gb_per_s", None), getattr(r, "of_copy_rate", None))
 
 
 def _status(r) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import aggregate, atomic, stats
-from .render import fmt, peak_gb
+from .render import bandwidth, fmt, peak_gb
 
 GEN_KEY = ["model", "lora_rank", "sampling", "num_generations", "batch_size", "case"]
 TRAIN_KEY = ["model", "lora_rank", "prompts_per_step", "num_generations", "max_new_tokens"]
@@ -32,14 +32,15 @@ def _is_smoke(path: Path, root: Path) -> bool:
     return any(d == "smoke" or d.endswith("-smoke") for d in path.relative_to(root).parts)
 
 
-def _stats_files(root: Path, kind: str) -> list[Path]:
-    """Every stats file of `kind` under `root`, wherever a session put it, outside smoke runs."""
-    return [p for p, rec in _records(root) if rec.get("kind") == kind and not _is_smoke(p, root)]
+def _of_kind(records: list[tuple[Path, dict]], root: Path, kind: str) -> list[tuple[Path, dict]]:
+    """The stats of `kind` among `records`, wherever a session put them, outside smoke runs."""
+    return [(p, rec) for p, rec in records if rec.get("kind") == kind and not _is_smoke(p, root)]
 
 
-def _records(root: Path) -> list[tuple[Path, dict]]:
+def records(root) -> list[tuple[Path, dict]]:
+    """Every JSON object under `root`, read once for both frames and the GPUs' busy windows."""
     out = []
-    for p in sorted(root.rglob("*.json")):
+    for p in sorted(Path(root).rglob("*.json")):
         rec = stats.read_json(p)
         if isinstance(rec, dict):
             out.append((p, rec))
@@ -51,10 +52,10 @@ def _window(started_at, wall_s) -> tuple[pd.Timestamp, pd.Timestamp]:
     return t0, t0 + pd.Timedelta(seconds=float(wall_s))
 
 
-def _on_gpu(root: Path) -> list[tuple[set, pd.Timestamp, pd.Timestamp]]:
+def _on_gpu(recs: list[tuple[Path, dict]]) -> list[tuple[set, pd.Timestamp, pd.Timestamp]]:
     """Every published job of any kind that used a GPU (not `skipped`): its GPUs and its wall's window."""
     out = []
-    for _, r in _records(root):
+    for _, r in recs:
         uuids = (r.get("env") or {}).get("gpu_uuids")
         if uuids and r.get("status") != "skipped" and r.get("started_at") and r.get("wall_s") is not None:
             out.append((set(uuids), *_window(r["started_at"], r["wall_s"])))
@@ -82,24 +83,26 @@ def _once(df: pd.DataFrame, key: list[str]) -> pd.DataFrame:
             .drop_duplicates(key + ["backend", "variant", "started_at"]).drop(columns="_day"))
 
 
-def generation_frame(root) -> pd.DataFrame:
-    """Every published generation job on a GPU outside smoke runs: the summary CSV's columns, its peak memory
-    (render.peak_gb) and its folder."""
+def generation_frame(root, recs=None) -> pd.DataFrame:
+    """Every published generation job on a GPU outside smoke runs: the summary CSV's columns (each file loaded
+    and validated as the aggregate rule does), its peak memory (render.peak_gb) and its folder. `recs`: `records`
+    of `root`, where the caller has read them."""
     root = Path(root)
-    paths = _stats_files(root, "generate")
+    recs = records(root) if recs is None else recs
+    paths = [p for p, _ in _of_kind(recs, root, "generate")]
     df = aggregate.generation_frame([str(p) for p in paths])
     df = df.assign(folder=[_folder(p, root) for p in paths], peak_gb=peak_gb)
     df = _once(df[df.gpu_name != "cpu"], GEN_KEY)
-    return df.assign(overlaps=_overlaps(df, _on_gpu(root)))
+    return df.assign(overlaps=_overlaps(df, _on_gpu(recs)))
 
 
-def train_frame(root) -> pd.DataFrame:
+def train_frame(root, recs=None) -> pd.DataFrame:
     """Every published GRPO run on a GPU outside smoke runs but frozen controls: its median step, peak memory,
-    GPU and neighbours."""
+    GPU and neighbours. `recs` as for `generation_frame`."""
     root = Path(root)
+    recs = records(root) if recs is None else recs
     rows = []
-    for p in _stats_files(root, "train"):
-        r = stats.read_json(p)
+    for p, r in _of_kind(recs, root, "train"):
         wl = r["workload"]
         if not r["env"].get("gpu_name") or wl.get("frozen"):
             continue  # a frozen control (learning rate 0) is no rollout's step time
@@ -114,7 +117,7 @@ def train_frame(root) -> pd.DataFrame:
             "wall_s": r["wall_s"], "folder": _folder(p, root),
         })
     df = _once(pd.DataFrame(rows, columns=TRAIN_COLUMNS), TRAIN_KEY)
-    return df.assign(overlaps=_overlaps(df, _on_gpu(root)))
+    return df.assign(overlaps=_overlaps(df, _on_gpu(recs)))
 
 
 def _alone(df: pd.DataFrame) -> pd.DataFrame:
@@ -189,11 +192,6 @@ def _pct(v) -> str:
     return "" if v is None or pd.isna(v) else f"{100 * v:.0f}%"
 
 
-def _bandwidth(r: pd.Series, suffix: str = "") -> str:
-    gb_per_s = r[f"decode_gb_per_s{suffix}"]
-    return "" if pd.isna(gb_per_s) else f"{gb_per_s:,.0f} ({_pct(r[f'of_copy_rate{suffix}']) or '?'})"
-
-
 def _span(runs: pd.DataFrame, speed: str, spec: str) -> str:
     if runs.empty:
         return "—"
@@ -264,12 +262,14 @@ def generation_table(df: pd.DataFrame, a: str = "flex", b: str = "vllm") -> str:
         if p is not None:
             prompts = "own" if p.fresh_prompts_a and p.fresh_prompts_b else "re-sent"
             lines.append(head + f"| {fmt(p.decode_tps_a)} | {fmt(p.decode_tps_b)} | **{fmt(p.ratio, '.2f')}** "
-                         + elsewhere + f"| {_bandwidth(p, '_a')} | {_pct(p.round_spread_a)}, {_pct(p.round_spread_b)} "
+                         + elsewhere + f"| {bandwidth(p.decode_gb_per_s_a, p.of_copy_rate_a)} "
+                         f"| {_pct(p.round_spread_a)}, {_pct(p.round_spread_b)} "
                          f"| {fmt(p.peak_gb_a, '.0f')}, {fmt(p.peak_gb_b, '.0f')} | {prompts} "
                          f"| {_measured(p.folder, p.when)} |")
         elif c.run[a] is not None and c.run[b] is None and c.skipped[b] is not None:
             r = c.run[a]
-            lines.append(head + f"| {fmt(r.decode_tps)} | skipped | — " + elsewhere + f"| {_bandwidth(r)} "
+            lines.append(head + f"| {fmt(r.decode_tps)} | skipped | — " + elsewhere
+                         + f"| {bandwidth(r.decode_gb_per_s, r.of_copy_rate)} "
                          f"| {_pct(r.round_spread)}, — | {fmt(r.peak_gb, '.0f')}, — | — "
                          f"| {_measured(r.folder, r.started_at)} |")
     gpus = ", ".join(sorted(set(df.gpu_name)))
@@ -286,7 +286,8 @@ def train_table(df: pd.DataFrame, a: str = "flex", b: str = "vllm") -> str:
         if (p := c.pair) is not None:
             k = c.key
             lines.append(f"| {k['model']} | {k['lora_rank']} | {k['prompts_per_step']} × {k['num_generations']} "
-                         f"× {k['max_new_tokens']} | {fmt(p.median_step_s_a, '.3f')} | {fmt(p.median_step_s_b, '.3f')} "
+                         f"× {k['max_new_tokens']} | {fmt(p.median_step_s_a, '.3f')} "
+                         f"| {fmt(p.median_step_s_b, '.3f')} "
                          f"| **{fmt(p.ratio, '.2f')}** | {fmt(p.peak_gb_a, '.1f')}, {fmt(p.peak_gb_b, '.1f')} "
                          f"| {_measured(p.folder, p.when)} |")
     if len(lines) == 2:
@@ -308,7 +309,8 @@ def gpu_models(config_path) -> list[str]:
 
 def block(root, models: list[str], a: str = "flex", b: str = "vllm") -> str:
     """The README's block, between its markers: the runs of `models` under `root`."""
-    gen, train = generation_frame(root), train_frame(root)
+    recs = records(root)
+    gen, train = generation_frame(root, recs), train_frame(root, recs)
     return "\n".join([
         BEGIN,
         f"Generation, {a} against {b}: decode tok/s as each job's stats give it (the median over its timed rounds):",
