@@ -14,6 +14,9 @@ include: "rules/report.smk"
 include: "rules/train.smk"
 
 
+rb_compile_cache.restore(_CACHE_ENV)
+
+
 # Under a cluster executor these run on the submit host: seconds of CPU each, less than a queue wait.
 # The model and LoRA assets load the model (GBs for the 4B shape) and go to the cluster.
 localrules:

@@ -10,9 +10,11 @@ sys.path.insert(0, _SRC_DIR)
 shell.prefix(f"export PYTHONPATH={_SRC_DIR}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
 from rollout_bench import backends as rb_backends
+from rollout_bench import compile_cache as rb_compile_cache
 from rollout_bench import config as rb_config
 from rollout_bench import gpu_lease as rb_lease
 from rollout_bench import invalid_stats as rb_invalid_stats
+from rollout_bench import plan as rb_plan
 from rollout_bench import sources as rb_sources
 from rollout_bench.grpo import availability as rb_grpo_availability
 
@@ -24,6 +26,7 @@ if CLUSTER_JOB and config.get("profile", "auto") == "auto":
     raise WorkflowError("profile: auto picks by the host that reads the workflow, and a cluster job reads it "
                         "on its compute node: pass --config profile=gpu (or cpu) to snakemake")
 
+_CACHE_ENV = rb_compile_cache.snapshot()  # the Snakefile's imports set some (torch's Inductor); jobs get cache_dir
 try:
     # `config` merges config/config.yaml with the user's files and --config; the user's own keys win
     # over the selected profile's, so they are handed over apart
@@ -33,8 +36,8 @@ except rb_config.ConfigError as e:
     raise WorkflowError(str(e)) from None
 
 GPU_PER_JOB = 1 if rb_config.uses_gpu(CFG) else 0
-GEN_JOBS = rb_config.gen_jobs(CFG)
-GEN_STATS = [j.path for j in GEN_JOBS]
+GEN_GROUPS = rb_config.gen_groups(CFG)
+GEN_STATS = [c.path for g in GEN_GROUPS for c in g.cells]
 TRAIN_STATS = [j.path for j in rb_config.train_jobs(CFG)]
 COMPARE_PATHS = rb_config.compare_paths(CFG)
 BAND_PATHS = rb_config.band_paths(CFG)
@@ -43,11 +46,16 @@ _BY_SLUG = {rb_config.model_slug(m): m for m in rb_config.all_models(CFG)}
 # config/models names: the random-init model dirs the `model` rule builds, and the bases `warmstart` starts from
 CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in rb_config.MODEL_CONFIGS.glob("*.json")))
 
+# A dry run shows the plan on any machine (no GPU needed) and what its GPU jobs should take; a real run on a host
+# without the GPUs it asks for stops here.
+DRY_RUN = not CLUSTER_JOB and rb_plan.is_dry_run(sys.argv)
+if DRY_RUN and GPU_PER_JOB:
+    logger.info(rb_plan.text(CFG, Path(workflow.basedir) / "results/published"))
 # Snakemake counts `gpu` but does not stop a GPU job from starting when --resources lacks it.
 _gpu_budget = workflow.global_resources.get("gpu")
 _gpu_budget = getattr(_gpu_budget, "value", _gpu_budget)  # a Resource, or the bare number
 try:
-    if not SCHEDULED:
+    if not SCHEDULED and not DRY_RUN:
         rb_lease.check_budget(GPU_PER_JOB, _gpu_budget,
                               rb_lease.host_gpu_count(), CFG["gpu"]["jobs_per_gpu"])
 except rb_lease.LeaseError as e:
@@ -60,31 +68,45 @@ except WorkflowError:  # a dry run without --cores
 # lease pins each job to its GPU's share of the host's CPUs (cpu_share.py), recorded in its stats.
 GPU_JOB_THREADS = max(1, _cores // max(1, _gpu_budget or 1)) if GPU_PER_JOB else 1
 # every GPU job runs under the lease: its GPUs, its CPU share, its line in the lease log
-LEASE = (f"python -m rollout_bench.gpu_lease --gpus {GPU_PER_JOB} --lock-dir {CFG['gpu']['lock_dir']} "
-         f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}"
-         f"{'' if CFG['gpu']['pin_cpus'] else '--no-pin-cpus '}--job {{output}} ")
+_LEASE = (f"python -m rollout_bench.gpu_lease --gpus {GPU_PER_JOB} --lock-dir {CFG['gpu']['lock_dir']} "
+          f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}"
+          f"{'' if CFG['gpu']['pin_cpus'] else '--no-pin-cpus '}")
+LEASE = _LEASE + "--job {output} "
+LEASE_JOB = _LEASE + "--job {output.job} "  # a generation job: its record names it in the lease log
 
 
-
-def job_options(wc):
-    """The backend options of a generate or train job (the rule's output says which)."""
-    return (train_workload(wc) if hasattr(wc, "seed") else job_workload(wc))["options"]
-
-
-def gpu_slots(wc):
-    """A generate or train job's `gpu` resource: one job slot, or every slot of its GPU for a job that must have
-    it alone (backends: alone_on_gpu), so that Snakemake starts no slot job the lease would hold back."""
-    alone = rb_backends.alone_on_gpu(wc.backend, job_options(wc))
+def gpu_slots_of(backend, options):
+    """A GPU job's `gpu` resource: one job slot, or every slot of its GPU for a job that must have it alone
+    (backends: alone_on_gpu), so that Snakemake starts no slot job the lease would hold back."""
+    alone = rb_backends.alone_on_gpu(backend, options)
     return GPU_PER_JOB * (CFG["gpu"]["jobs_per_gpu"] if alone else 1)
 
 
+def lease_alone_of(backend, options):
+    return "--alone " if GPU_PER_JOB and rb_backends.alone_on_gpu(backend, options) else ""
+
+
+def gpu_slots(wc):
+    """A train job's `gpu` resource (gpu_slots_of, with its train.options)."""
+    return gpu_slots_of(wc.backend, train_workload(wc)["options"])
+
+
 def lease_alone(wc):
-    return "--alone " if GPU_PER_JOB and rb_backends.alone_on_gpu(wc.backend, job_options(wc)) else ""
+    return lease_alone_of(wc.backend, train_workload(wc)["options"])
 
 
 # A truncated or invalid cached stats file counts as missing: moved aside, so its job reruns (by the
 # main process only: cluster jobs must not move each other's files).
-for _msg in [] if CLUSTER_JOB else rb_invalid_stats.set_aside(GEN_STATS + TRAIN_STATS):
+def _readers(path):
+    """The cached outputs made from a stats file: removed with it when it is set aside."""
+    if path.startswith("results/generate/"):
+        return ["results/summary/generate.csv"]
+    model = path.split("/")[2]
+    return ["results/tables/train.md", "results/tables/equivalence.md"] + [
+        p for p in BAND_PATHS + COMPARE_PATHS if p.split("/")[2] == model]
+
+
+for _msg in [] if CLUSTER_JOB else rb_invalid_stats.set_aside(GEN_STATS + TRAIN_STATS, _readers):
     logger.warning(f"invalid cached stats file: {_msg}")
 
 
@@ -93,10 +115,10 @@ def code(*entries, skip_lazy=()):
     return rb_sources.closure(entries, skip_lazy)
 
 
-def backend_sources(wc):
+def backend_sources_of(backend):
     """Editing a backend's code reruns that backend's jobs only (docs/design.md §2)."""
-    return code("cli:_generate", "gpu_lease", f"backends.{wc.backend}",
-                skip_lazy=rb_sources.other_backends(wc.backend, rb_backends.NAMES))
+    return code("cli:_generate", "gpu_lease", f"backends.{backend}",
+                skip_lazy=rb_sources.other_backends(backend, rb_backends.NAMES))
 
 
 def model_source(slug):
@@ -109,11 +131,17 @@ def model_dir(slug):
     return f"results/assets/models/{slug}" if rb_config.model_assets.resolve(src) in ("config", "warm") else src
 
 
-def model_input(wc):
-    src = model_source(wc.model)
+def model_input_of(model):
+    """`model` (a config entry or a slug) as a job input: the dir the pipeline builds, or the user's own dir."""
+    slug = rb_config.model_slug(model)
+    src = model_source(slug)
     kind = rb_config.model_assets.resolve(src)
-    built = [f"results/assets/models/{wc.model}"]
+    built = [f"results/assets/models/{slug}"]
     return {"config": built, "warm": built, "dir": [src], "hub": []}[kind]
+
+
+def model_input(wc):
+    return model_input_of(wc.model)
 
 
 def lora_dir(slug):
@@ -135,21 +163,36 @@ def dataset_input(source=None):
     return [BUILT_DATASETS[src]] if src in BUILT_DATASETS else []
 
 
-def job_workload(wc):
-    return rb_config.job_workload(CFG, model_source(wc.model), wc.backend, wc.case, int(wc.bs))
+def cell_workload(cell):
+    return rb_config.job_workload(CFG, cell.model, cell.backend, cell.case, cell.batch_size)
 
 
-def autotune_input(wc):
+def group_datasets(group):
+    """The dataset dirs a generation job's cells read, where the pipeline builds them."""
+    return sorted({d for c in group.cells for d in dataset_input(cell_workload(c)["dataset"])})
+
+
+def group_cells(group):
+    """A generation job's cells, as its command takes them: each one's workload, dataset dir and stats path."""
+    return json.dumps([{"case": c.case, "workload": cell_workload(c), "dataset": dataset_dir(cell_workload(c)["dataset"]),
+                        "out": c.path} for c in group.cells], sort_keys=True)
+
+
+def autotune_input_of(model, backend):
     """flex jobs, generation and GRPO rollouts, replay the model's tuned decode kernel options when autotune is
     enabled (a warm start's are its random base's)."""
-    if wc.backend == "flex" and CFG["autotune"]["enabled"]:
-        return [f"results/autotune/{rb_config.autotune_slug(model_source(wc.model))}/decode_opts.json"]
+    if backend == "flex" and CFG["autotune"]["enabled"]:
+        return [f"results/autotune/{rb_config.autotune_slug(model_source(rb_config.model_slug(model)))}/decode_opts.json"]
     return []
 
 
-def backend_env(wc):
+def autotune_input(wc):
+    return autotune_input_of(wc.model, wc.backend)
+
+
+def backend_env_of(backend):
     """Each backend group has its own environment where pins conflict (vLLM pins torch exactly)."""
-    group = wc.backend if wc.backend in ("vllm", "unsloth") else "core"
+    group = backend if backend in ("vllm", "unsloth") else "core"
     return f"../envs/{group}.yaml"
 
 

@@ -1,39 +1,47 @@
-# One job per (model, backend, variant, case, batch size), pinned to leased GPUs on a GPU host.
+# One job per (model, backend, variant, LoRA on or off): one process and one engine serve its cells (case, batch
+# size) in order, each writing its own stats file (config.gen_groups, generation_job.py). A rule a job: its outputs
+# are its cells', so a changed cell (workload, code, assets) reruns its whole job.
+for _g in GEN_GROUPS:
 
-
-rule generate:
-    input:
-        model=model_input,
-        adapter=lambda wc: [lora_dir(wc.model)] if job_workload(wc)["lora_rank"] else [],
-        dataset=lambda wc: dataset_input(job_workload(wc)["dataset"]),
-        code=backend_sources,
-        autotune=autotune_input,
-    output:
-        "results/generate/{model}/{backend}/{variant}/{case}/bs{bs}.json",
-    params:
-        workload=lambda wc: json.dumps(job_workload(wc), sort_keys=True),
-        # re-evaluates a `skipped` result when what decides it changes (packages, GPUs)
-        probe=lambda wc: rb_backends.fingerprint(wc.backend),
-        model_dir=lambda wc: model_dir(wc.model),
-        adapter=lambda wc: lora_dir(wc.model) if job_workload(wc)["lora_rank"] else "",
-        dataset=lambda wc: dataset_dir(job_workload(wc)["dataset"]),
-        pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
-        alone=lease_alone,
-    log:
-        "results/logs/generate/{model}/{backend}/{variant}/{case}/bs{bs}.log",
-    benchmark:
-        "results/benchmarks/generate/{model}/{backend}/{variant}/{case}/bs{bs}.tsv"
-    threads: GPU_JOB_THREADS
-    resources:
-        gpu=gpu_slots,
-    conda:
-        backend_env
-    shell:
-        f"{LEASE}{{params.alone}}--pin '{{params.pin}}' -- "
-        "python -m rollout_bench generate --backend {wildcards.backend} --variant {wildcards.variant} "
-        "--model {wildcards.model} --case {wildcards.case} --workload {params.workload:q} "
-        "--model-dir {params.model_dir} --adapter '{params.adapter}' --dataset {params.dataset} "
-        "--autotune '{input.autotune}' --out {output} > {log} 2>&1"
+    rule:
+        name:
+            _g.rule_name
+        input:
+            model=model_input_of(_g.model),
+            adapter=[lora_dir(_g.model_slug)] if _g.lora else [],
+            dataset=group_datasets(_g),
+            code=backend_sources_of(_g.backend),
+            autotune=autotune_input_of(_g.model, _g.backend),
+        output:
+            cells=[c.path for c in _g.cells],
+            job=_g.record,
+        params:
+            cells=group_cells(_g),
+            # re-evaluates a `skipped` result when what decides it changes (packages, GPUs)
+            probe=rb_backends.fingerprint(_g.backend),
+            model_dir=model_dir(_g.model_slug),
+            adapter=lora_dir(_g.model_slug) if _g.lora else "",
+            pin=",".join(map(str, CFG["gpu"]["pin"].get(_g.backend, []))),
+            alone=lease_alone_of(_g.backend, CFG["options"].get(_g.backend, {})),
+            cache=CFG["cache_dir"] or "",
+            backend=_g.backend,
+            variant=_g.variant,
+            model=_g.model_slug,
+        log:
+            f"results/logs/generate/{_g.key}.log",
+        benchmark:
+            f"results/benchmarks/generate/{_g.key}.tsv"
+        threads: GPU_JOB_THREADS
+        resources:
+            gpu=gpu_slots_of(_g.backend, CFG["options"].get(_g.backend, {})),
+        conda:
+            backend_env_of(_g.backend)
+        shell:
+            f"{LEASE_JOB}{{params.alone}}--pin '{{params.pin}}' -- "
+            "python -m rollout_bench generate --backend {params.backend} --variant {params.variant} "
+            "--model {params.model} --cells {params.cells:q} --model-dir {params.model_dir} "
+            "--adapter '{params.adapter}' --autotune '{input.autotune}' --cache-dir '{params.cache}' "
+            "--job-out {output.job} > {log} 2>&1"
 
 
 # The autotune-replay pass: flex's decode kernel options measured once per model on the GPU.
@@ -47,6 +55,7 @@ rule autotune:
         workload=lambda wc: json.dumps(rb_config.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
         batch_sizes=",".join(map(str, CFG["autotune"]["batch_sizes"])),
         model_dir=lambda wc: model_dir(wc.model),
+        cache=CFG["cache_dir"] or "",
     log:
         "results/logs/autotune/{model}/decode_opts.log",
     benchmark:
@@ -59,7 +68,8 @@ rule autotune:
     shell:
         f"{LEASE}--pin '' -- "
         "python -m rollout_bench autotune --model {wildcards.model} --model-dir {params.model_dir} "
-        "--workload {params.workload:q} --batch-sizes {params.batch_sizes} --out {output} > {log} 2>&1"
+        "--workload {params.workload:q} --batch-sizes {params.batch_sizes} --cache-dir '{params.cache}' "
+        "--out {output} > {log} 2>&1"
 
 
 # Where a flex decode step's time goes (decode_profile.enabled), per model, with the options flex jobs replay.
@@ -76,6 +86,7 @@ rule decode_profile:
         workload=lambda wc: json.dumps(rb_config.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
         batch_sizes=",".join(map(str, CFG["decode_profile"]["batch_sizes"])),
         model_dir=lambda wc: model_dir(wc.model),
+        cache=CFG["cache_dir"] or "",
     log:
         "results/logs/decode_profile/{model}/decode_step.log",
     benchmark:
@@ -89,4 +100,4 @@ rule decode_profile:
         f"{LEASE}--pin '' -- "
         "python -m rollout_bench decode-profile --model {wildcards.model} --model-dir {params.model_dir} "
         "--workload {params.workload:q} --batch-sizes {params.batch_sizes} --autotune '{input.autotune}' "
-        "--out {output} > {log} 2>&1"
+        "--cache-dir '{params.cache}' --out {output} > {log} 2>&1"

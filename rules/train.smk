@@ -25,6 +25,7 @@ rule train:
         pin=lambda wc: ",".join(map(str, CFG["gpu"]["pin"].get(wc.backend, []))),
         alone=lease_alone,
         max_wall=f"--max-wall-s {CFG['train']['max_wall_s']}" if CFG["train"]["max_wall_s"] else "",
+        cache=CFG["cache_dir"] or "",
     log:
         "results/logs/train/{model}/{backend}/steps{steps}-seed{seed}.log",
     benchmark:
@@ -39,7 +40,7 @@ rule train:
         "python -m rollout_bench train --backend {wildcards.backend} --model {wildcards.model} "
         "--workload {params.workload:q} --model-dir {params.model_dir} --adapter {params.adapter} "
         "--dataset {params.dataset} --steps {wildcards.steps} {params.max_wall} --autotune '{input.autotune}' "
-        "--out {output} > {log} 2>&1"
+        "--cache-dir '{params.cache}' --out {output} > {log} 2>&1"
 
 
 rule band:

@@ -131,3 +131,48 @@ def test_step_sweep_times_every_candidate_and_leaves_engine_usable(model):
     assert res["rows"] == 6 and not engine.scheduler.has_work
     out = engine.generate(ps, Sampling(), 24, ignore_eos=True)  # still decodes, with its own options
     assert all(len(o.token_ids) == 24 for o in out)
+
+
+def test_options_per_batch_size_capture_each_bucket_with_its_own_and_stay_exact(model):
+    """One engine serving several batch sizes (a generation job's cells): bucket 2 captured with the entry tuned
+    at 2 (one KV split), buckets 4 and 8 with the one at 8 (Inductor's rule); greedy still HF's, each completion to
+    its own budget."""
+    by_batch = {2: {"BLOCK_N": P, "SPLIT_KV": 1}, 8: {"BLOCK_N": P}}
+    engine = Engine(model, config(decode_kernel_options={}, decode_kernel_options_by_batch=by_batch))
+    runner = engine.runner
+    assert runner.per_bucket and engine.config.decode_options_for(2) == by_batch[2]
+    assert engine.config.decode_options_for(4) == engine.config.decode_options_for(64) == by_batch[8]
+    ps = prompts(8, seed=4)
+    budgets = [3 + 2 * i for i in range(len(ps))]  # every bucket from 8 rows down to 2 as rows finish
+    outs = engine.generate(ps, Sampling(), budgets, ignore_eos=True)
+    assert [len(o.token_ids) for o in outs] == budgets
+    assert {b for b, _ in runner.graphs} >= {2, 4, 8}
+    with torch.no_grad():
+        for p, o, m in zip(ps, outs, budgets):
+            ref = model.generate(torch.tensor([p], device="cuda"), max_new_tokens=m, min_new_tokens=m,
+                                 do_sample=False, pad_token_id=0)[0, len(p):].tolist()
+            assert o.token_ids == ref
+    assert runner.kv_splits(2, 2, engine.config.decode_options_for(2)) == 1
+    assert runner.kv_splits(8, 2, engine.config.decode_options_for(8)) > 1
+
+
+def test_a_cells_sampling_path_is_captured_before_its_rounds(model):
+    """flex's generator captures the `full` sampling path (temperature 1, no top-k) of every bucket a cell can
+    shrink to before its warm-up: no graph is captured inside a timed round."""
+    from dataclasses import replace
+
+    from rollout_bench.backends import flex
+    from rollout_bench.workload import GenSpec
+
+    engine = Engine(model, config(capture_all=True))
+    spec = GenSpec(model_dir="-", adapter_dir=None, variant="graphs", batch_size=8, max_new_tokens=8,
+                   sampling=Sampling(temperature=1.0), ignore_eos=True, eos_token_id=0, pad_token_id=0,
+                   max_prompt_tokens=60, device="cuda", dtype="float32")
+    gen = flex.Generator(spec, engine=engine)
+    assert not any(how == "full" for _, how in engine.runner.graphs)
+    gen.prepare(spec)
+    captured = set(engine.runner.graphs)
+    assert {(b, "full") for b in engine.runner.buckets} <= captured
+    gen.generate(prompts(4, seed=5), 2, max_new_tokens=[2, 5, 3, 8, 1, 4, 6, 7])
+    assert set(engine.runner.graphs) == captured
+    assert gen.retarget(replace(spec, batch_size=4)) and not gen.retarget(replace(spec, batch_size=16))

@@ -181,17 +181,37 @@ def test_bad_input_fails_before_any_job(workdir, override, field):
 
 
 def test_gpu_budget_checked_before_any_job(workdir):
+    """A real run stops before any job without the GPUs it asks for (the target: a CPU asset, were the check to
+    let it through); a dry run shows the plan on any machine, with its GPU-time estimate."""
     env = {"ROLLOUT_BENCH_GPU_COUNT": "8"}
-    r = snakemake(workdir, "-n", "--cores", "8", "--config", "profile=gpu", env=env, check=False)
+    target = "results/assets/tokenizer"
+    r = snakemake(workdir, "--cores", "8", "--config", "profile=gpu", target, env=env, check=False)
     assert r.returncode != 0 and "--resources gpu=8" in r.stdout + r.stderr
-    r = snakemake(workdir, "-n", "--cores", "8", "--resources", "gpu=16", "--config", "profile=gpu", env=env, check=False)
+    r = snakemake(workdir, "--cores", "8", "--resources", "gpu=16", "--config", "profile=gpu", target, env=env,
+                  check=False)
     assert r.returncode != 0 and "only 8 GPU" in r.stdout + r.stderr
+    for dry in (["-n"], ["-n", "--resources", "gpu=8"]):  # no GPU, or none said: the plan all the same
+        r = snakemake(workdir, *dry, "--cores", "8", "--config", "profile=gpu", env={"ROLLOUT_BENCH_GPU_COUNT": "0"})
+        assert "GPU jobs of profile gpu, estimated from the published stats" in r.stdout + r.stderr
+        assert "qwen3-4b/flex/graphs/base" in r.stdout + r.stderr and "total: ~" in r.stdout + r.stderr
     r = snakemake(workdir, "-n", "--cores", "8", "--resources", "gpu=8", "--config", "profile=gpu", env=env)
     assert "generate" in r.stdout
     assert "results/autotune/qwen3-4b/decode_opts.json" in r.stdout  # flex jobs wait for the autotune pass
     assert "results/decode_profile/qwen3-4b/decode_step.json" in r.stdout  # the gpu profile's decode profile
     assert "results/generate/gemma-4-e2b/flex/graphs/greedy/bs64.json" in r.stdout  # the other two families
     assert "results/generate/llama-3.2-3b/vllm/default/sweep/bs8.json" in r.stdout
+
+
+def test_the_headline_profile_is_one_job_an_engine(workdir):
+    """flex and vLLM, one job each per LoRA setting serving every cell, the autotune pass, the GRPO step pair."""
+    r = snakemake(workdir, "-n", "--cores", "16", "--resources", "gpu=1", "--config", "profile=headline",
+                  env={"ROLLOUT_BENCH_GPU_COUNT": "1"})
+    out = r.stdout + r.stderr
+    for rule in ("generate__qwen3_4b_flex_graphs_base", "generate__qwen3_4b_vllm_default_base",
+                 "generate__qwen3_4b_flex_graphs_lora", "generate__qwen3_4b_vllm_default_lora"):
+        assert re.search(rf"^{rule}\s+1$", out, re.M), rule
+    assert re.search(r"^train\s+2$", out, re.M) and re.search(r"^autotune\s+1$", out, re.M)
+    assert "results/generate/qwen3-4b/vllm/default/rollout/bs256.json" in out and "compare" not in out
 
 
 def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):

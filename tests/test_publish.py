@@ -13,9 +13,32 @@ def test_publish_copies_results_logs_command_and_config(tmp_path):
     (tmp_path / "config.yaml").write_text("profile: gpu\n")
     dest = publish("h200-test", "snakemake --cores 8\n", str(tmp_path / "config.yaml"), results=str(res))
     got = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
-    assert got == ["COMMAND", "benchmarks/generate/m/x.tsv", "config.yaml", "generate/m/flex/graphs/greedy/bs64.json",
-                   "logs/generate/m/flex/graphs/greedy/bs64.log", "tables/generate.md"]
+    assert got == ["COMMAND", "MANIFEST.json", "benchmarks/generate/m/x.tsv", "config.yaml",
+                   "generate/m/flex/graphs/greedy/bs64.json", "logs/generate/m/flex/graphs/greedy/bs64.log",
+                   "tables/generate.md"]
     assert (dest / "COMMAND").read_text() == "snakemake --cores 8\n"
+
+
+def test_the_manifest_says_what_the_stats_were_measured_on(tmp_path):
+    """Commit, dirty flag, GPUs and packages come from the jobs' own stats, not from the machine that publishes."""
+    import json
+
+    res = tmp_path / "results"
+    env = {"git_commit": "abc123", "git_dirty": False, "gpu_name": "NVIDIA H200", "gpu_uuids": ["GPU-1"],
+           "driver": "580", "torch": "2.11.0", "vllm": "0.26.0"}
+    for i, backend in enumerate(("flex", "vllm")):
+        p = res / f"generate/m/{backend}/x/greedy/bs8.json"
+        p.parent.mkdir(parents=True)
+        p.write_text(json.dumps({"kind": "generate", "status": "ok", "env": {**env, "vllm": env["vllm"] if i else None}}))
+    skipped = res / "generate/m/unsloth/x/greedy/bs8.json"
+    skipped.parent.mkdir(parents=True)
+    skipped.write_text(json.dumps({"kind": "generate", "status": "skipped", "env": {**env, "git_commit": "other"}}))
+    (tmp_path / "config.yaml").write_text("profile: headline\n")
+    m = json.loads((publish("h", "snakemake x", str(tmp_path / "config.yaml"), results=str(res))
+                    / "MANIFEST.json").read_text())
+    assert m["profile"] == "headline" and m["command"] == "snakemake x" and m["git_commits"] == ["abc123"]
+    assert m["git_dirty"] == [False] and m["gpu_uuids"] == ["GPU-1"] and m["packages"]["vllm"] == ["0.26.0"]
+    assert m["jobs_with_env"] == 2
 
 
 def test_readme_tables_are_the_published_ones():

@@ -1,4 +1,5 @@
-"""The README's flex / vLLM table: only pairs measured side by side, regenerated from the published stats."""
+"""Every published flex / vLLM pair (results/published/STANDINGS.md): only pairs measured side by side, regenerated
+from the published stats; the README's answer beside it (test_headline.py)."""
 import copy
 import json
 from functools import cache
@@ -17,7 +18,8 @@ MODELS = ["qwen3-4b", "qwen3-small-warm"]
 
 
 def test_the_readmes_block_is_what_the_published_stats_give():
-    """A publication lands with its README row: `python -m rollout_bench.standings` rewrites the block."""
+    """A publication lands with its README answer and its STANDINGS.md rows: `python -m rollout_bench.standings`
+    rewrites both."""
     models = standings.gpu_models(ROOT / "config/config.yaml")
     assert {"qwen3-4b", "llama-3.2-3b", "gemma-4-e2b", "qwen3-4b-warm", "qwen3-small-warm"} <= set(models)
     assert standings.update(ROOT / "README.md", PUBLISHED, models, check=True)
@@ -185,17 +187,21 @@ def test_the_block_keeps_the_gpu_profiles_models(tmp_path):
     assert "**2.00**" not in standings.block(tmp_path, ["llama-3.2-3b"])
 
 
-def test_the_command_rewrites_the_block_and_check_fails_until_it_has(tmp_path, capsys):
+def test_the_command_rewrites_the_answer_and_the_history_and_check_fails_until_it_has(tmp_path, capsys):
     _gen(tmp_path / "pub", "h200-a", "flex", 2000.0, uuid="u1", minute=0)
     _gen(tmp_path / "pub", "h200-a", "vllm", 1000.0, uuid="u1", minute=10)
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{standings.BEGIN}\nold\n{standings.END}\n\nafter\n")
+    readme.write_text(f"# x\n\n{standings.BEGIN}\nSTALE\n{standings.END}\n\nafter\n")
     args = ["--published", str(tmp_path / "pub"), "--readme", str(readme)]
-    assert standings.main(args + ["--check"]) == 1 and "old" in readme.read_text()
+    assert standings.main(args + ["--check"]) == 1 and "STALE" in readme.read_text()
     assert standings.main(args) == 0
-    text = readme.read_text()
-    assert "old" not in text and "**2.00**" in text and text.endswith(f"{standings.END}\n\nafter\n")
+    text, history = readme.read_text(), (tmp_path / "pub" / standings.HISTORY).read_text()
+    # no headline run under pub: the answer says so; every published pair is in the history
+    assert "STALE" not in text and "No headline run is published yet" in text
+    assert text.endswith(f"{standings.END}\n\nafter\n") and "**2.00**" in history
     assert standings.main(args + ["--check"]) == 0
+    (tmp_path / "pub" / standings.HISTORY).write_text("edited by hand\n")
+    assert standings.main(args + ["--check"]) == 1
     readme.write_text("# no markers\n")
     assert standings.main(args) == 2
     assert "expected one '<!-- standings:begin -->' line" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import time
 import jsonschema
 import pytest
 
-from rollout_bench import atomic, generation, stats
+from rollout_bench import atomic, generation, generation_job, stats
 from rollout_bench.workload import GenSpec, Sampling
 
 WL = {"lora_rank": 0, "num_generations": 1, "sampling": Sampling().to_dict(), "ignore_eos": True,
@@ -94,7 +94,7 @@ def test_failed_gate_writes_failed_status_and_no_speed(tiny_assets, tmp_path, mo
     monkeypatch.setattr(flex, "gate", lambda spec, gen: {"passed": False, "max_abs_logit_diff": 3.0})
     wl = {**WL, "batch_size": 2, "n_prompts": 2, "warmup_prompts": 0, "rounds": 1, "prompt_tokens": [1, 4096],
           "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
-    rec = generation.run_job(backend="flex", variant="eager", model="qwen3-tiny", case="greedy", workload=wl,
+    rec = generation_job.run_job(backend="flex", variant="eager", model="qwen3-tiny", case="greedy", workload=wl,
                              model_dir=tiny_assets["model"], adapter_dir=None, dataset_dir=tiny_assets["dataset"],
                              out=str(tmp_path / "f.json"))
     assert rec["status"] == "failed" and "correctness gate failed" in rec["reason"]
@@ -104,7 +104,7 @@ def test_failed_gate_writes_failed_status_and_no_speed(tiny_assets, tmp_path, mo
 def test_flex_job_records_passed_gate_and_engine_memory(tiny_assets, tmp_path):
     wl = {**WL, "batch_size": 2, "n_prompts": 2, "warmup_prompts": 1, "rounds": 2, "prompt_tokens": [1, 4096],
           "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
-    rec = generation.run_job(backend="flex", variant="eager", model="qwen3-tiny", case="greedy", workload=wl,
+    rec = generation_job.run_job(backend="flex", variant="eager", model="qwen3-tiny", case="greedy", workload=wl,
                              model_dir=tiny_assets["model"], adapter_dir=None, dataset_dir=tiny_assets["dataset"],
                              out=str(tmp_path / "ok.json"))
     assert rec["status"] == "ok" and rec["gate"]["passed"] and rec["n_decoded_tokens"] == 2 * 4
@@ -123,12 +123,12 @@ def test_flex_job_replays_autotuned_options_unless_configured(tiny_assets, tmp_p
           "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
     kw = dict(backend="flex", variant="eager", model="qwen3-tiny", case="greedy", model_dir=tiny_assets["model"],
               adapter_dir=None, dataset_dir=tiny_assets["dataset"], autotune=str(tmp_path / "tuned.json"))
-    rec = generation.run_job(workload=wl, out=str(tmp_path / "a.json"), **kw)
+    rec = generation_job.run_job(workload=wl, out=str(tmp_path / "a.json"), **kw)
     assert rec["status"] == "ok" and rec["autotune"]["replayed"] == {"BLOCK_N": 64, "num_warps": 4}
     assert rec["engine"]["decode_kernel_options"] == {"BLOCK_N": 64, "num_warps": 4}
     assert rec["workload"]["options"] == {}  # the recorded workload stays the configured one
     own = {**wl, "options": {"decode_kernel_options": {"num_warps": 8}}}
-    rec = generation.run_job(workload=own, out=str(tmp_path / "b.json"), **kw)
+    rec = generation_job.run_job(workload=own, out=str(tmp_path / "b.json"), **kw)
     assert rec["autotune"]["replayed"] == {} and rec["engine"]["decode_kernel_options"] == {"num_warps": 8}
 
 
@@ -154,7 +154,7 @@ def test_vllm_lora_in_float32_is_skipped_with_its_reason_before_anything_loads(t
     wl = {**WL, "lora_rank": 4, "batch_size": 2, "n_prompts": 2, "warmup_prompts": 0, "rounds": 1,
           "prompt_tokens": [1, 4096], "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu",
           "dtype": "float32", "options": {}}
-    rec = generation.run_job(backend="vllm", variant="default", model="qwen3-tiny", case="lora", workload=wl,
+    rec = generation_job.run_job(backend="vllm", variant="default", model="qwen3-tiny", case="lora", workload=wl,
                              model_dir=tiny_assets["model"], adapter_dir=tiny_assets["lora"],
                              dataset_dir=tiny_assets["dataset"], out=str(tmp_path / "v.json"))
     assert rec["status"] == "skipped" and "LoRA kernels take float16 or bfloat16" in rec["reason"]
@@ -184,7 +184,7 @@ def test_no_timed_round_resends_a_prompt(tiny_assets, tmp_path, monkeypatch):
     monkeypatch.setattr(vllm, "load", lambda spec: Recorder())
     wl = {**WL, "batch_size": 4, "n_prompts": 4, "warmup_prompts": 2, "rounds": 3, "prompt_tokens": [1, 4096],
           "shuffle_seed": 3407, "chat_template": "grpo", "device": "cpu", "dtype": "float32", "options": {}}
-    rec = generation.run_job(backend="vllm", variant="default", model="qwen3-tiny", case="greedy", workload=wl,
+    rec = generation_job.run_job(backend="vllm", variant="default", model="qwen3-tiny", case="greedy", workload=wl,
                              model_dir=tiny_assets["model"], adapter_dir=None, dataset_dir=tiny_assets["dataset"],
                              out=str(tmp_path / "v.json"))
     assert rec["status"] == "ok" and [len(call) for call in sent] == [2, 4, 4, 4]  # warm-up, then 3 rounds

@@ -8,7 +8,8 @@ GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generat
                "median_wall_s", "n_decoded_tokens", "ignore_eos", "len_p50", "len_p90", "eos_rate",
                "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb",
                "peak_reserved_gb", "setup_s", "rounds", "round_spread", "fresh_prompts", "gpu_name", "gpu_ids",
-               "gpu_uuids", "neighbours", "torch", "transformers", "started_at", "wall_s", "path"]
+               "gpu_uuids", "neighbours", "torch", "transformers", "started_at", "wall_s", "trace", "n_prompts",
+               "git_commit", "path"]
 
 
 def generation_row(rec: dict, path: str) -> dict:
@@ -43,7 +44,9 @@ def generation_row(rec: dict, path: str) -> dict:
         "gpu_uuids": ",".join(env.get("gpu_uuids") or []),
         "neighbours": neighbours(rec.get("isolation")),
         "torch": env.get("torch"), "transformers": env.get("transformers"),
-        "started_at": rec["started_at"], "wall_s": rec["wall_s"], "path": path,
+        "started_at": rec["started_at"], "wall_s": rec["wall_s"],
+        "trace": (wl.get("trace") or {}).get("name"), "n_prompts": rec.get("n_prompts", wl.get("n_prompts")),
+        "git_commit": env.get("git_commit"), "path": path,
     }
 
 

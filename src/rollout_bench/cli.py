@@ -5,18 +5,25 @@ publish|check-config`: the generation benchmark's command lines and the pipeline
 command runs (a rule's code inputs are the import closure of its handler, sources.py).
 """
 import json
+from pathlib import Path
 
 
 def _generate(a):
-    from . import generation
-    rec = generation.run_job(backend=a.backend, variant=a.variant, model=a.model, case=a.case,
-                             workload=json.loads(a.workload), model_dir=a.model_dir,
-                             adapter_dir=a.adapter or None, dataset_dir=a.dataset, out=a.out,
-                             autotune=a.autotune or None)
-    print(json.dumps({k: rec.get(k) for k in ("status", "reason", "decode_tps", "setup_s")}))
+    from . import compile_cache
+    cache = compile_cache.use(a.cache_dir or None)  # before anything compiles
+    from . import generation_job
+    cells = [generation_job.Cell(**c) for c in json.loads(a.cells)]
+    job = generation_job.run_group(backend=a.backend, variant=a.variant, model=a.model, cells=cells,
+                                   model_dir=a.model_dir, adapter_dir=a.adapter or None, out=a.job_out,
+                                   autotune=a.autotune or None, compile_cache=cache)
+    print(json.dumps({k: job[k] for k in ("wall_s", "setup_s", "timed_s")}))
+    for c in job["cells"]:
+        print(json.dumps(c))
 
 
 def _autotune(a):
+    from . import compile_cache
+    compile_cache.use(a.cache_dir or None)
     from . import kernel_tuning
     wl = json.loads(a.workload)
     rec = kernel_tuning.run(model=a.model, model_dir=a.model_dir, batch_sizes=[int(b) for b in a.batch_sizes.split(",")],
@@ -26,6 +33,8 @@ def _autotune(a):
 
 
 def _decode_profile(a):
+    from . import compile_cache
+    compile_cache.use(a.cache_dir or None)
     from . import decode_profile
     wl = json.loads(a.workload)
     rec = decode_profile.run(model=a.model, model_dir=a.model_dir,
@@ -66,8 +75,20 @@ def _render(a):
 
 
 def _publish(a):
+    import tempfile
+
+    import yaml
+
+    from . import config
     from .publish import publish
-    print(publish(a.name, a.command, a.config))
+
+    path = a.config
+    if a.profile:  # the config the run resolved, not the file with its profiles
+        with open(a.config) as f:
+            cfg = config.resolve({**(yaml.safe_load(f) or {}), "profile": a.profile})
+        path = str(Path(tempfile.mkdtemp()) / "config.yaml")
+        Path(path).write_text(yaml.safe_dump(cfg, sort_keys=False))
+    print(publish(a.name, a.command, path, results=a.results))
 
 
 def _check_config(a):
@@ -78,17 +99,20 @@ def _check_config(a):
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("generate", help="one generation benchmark job -> stats JSON")
-    for k in ("backend", "variant", "model", "case", "workload", "model-dir", "dataset", "out"):
+    p = sub.add_parser("generate", help="one generation job: one engine serves its cells -> a stats JSON a cell")
+    for k in ("backend", "variant", "model", "model-dir", "job-out"):
         p.add_argument(f"--{k}", required=True)
+    p.add_argument("--cells", required=True, help="JSON list of {case, workload, dataset, out}, in the order they run")
     p.add_argument("--adapter", default="")
     p.add_argument("--autotune", default="", help="kernel_tuning record to replay (flex)")
+    p.add_argument("--cache-dir", default="", help="compile caches shared across jobs (config cache_dir)")
     p.set_defaults(fn=_generate)
 
     p = sub.add_parser("autotune", help="measure flex's decode kernel options for a model -> JSON")
     for k in ("model", "model-dir", "workload", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--batch-sizes", required=True, help="comma-separated")
+    p.add_argument("--cache-dir", default="", help="compile caches shared across jobs (config cache_dir)")
     p.set_defaults(fn=_autotune)
 
     p = sub.add_parser("decode-profile", help="where a flex decode step's time goes, per batch size -> JSON")
@@ -96,6 +120,7 @@ def add_commands(sub) -> None:
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--batch-sizes", required=True, help="comma-separated")
     p.add_argument("--autotune", default="", help="kernel_tuning record whose options the profile replays")
+    p.add_argument("--cache-dir", default="", help="compile caches shared across jobs (config cache_dir)")
     p.set_defaults(fn=_decode_profile)
 
     p = sub.add_parser("gemm-bench", help="a decode step's GEMMs per shape and implementation, on CUDA -> JSON")
@@ -127,6 +152,8 @@ def add_commands(sub) -> None:
     p.add_argument("name")
     p.add_argument("--command", required=True, help="the exact command that produced the results")
     p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--profile", default="", help="publish the config resolved for this profile (the run's own)")
+    p.add_argument("--results", default="results", help="the run's results folder")
     p.set_defaults(fn=_publish)
 
     p = sub.add_parser("check-config", help="validate and resolve a config file")

@@ -2,6 +2,7 @@
 import copy
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -10,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import MODEL_CONFIGS, ROOT, SCHEMAS, backends, envinfo
+from . import MODEL_CONFIGS, ROOT, SCHEMAS, backends, envinfo, trace
 from .assets import dataset as dataset_assets
 from .assets import model as model_assets
 from .grpo import vllm_colocate
@@ -253,6 +254,18 @@ def _check(cfg: dict) -> None:
             if b not in backends.NAMES:
                 raise ConfigError(f"config error at workload.cases.{name}.backends: unknown backend {b!r} "
                                   f"(allowed: {', '.join(backends.NAMES)})")
+        if "trace" in case:
+            try:
+                trace.load(case["trace"])
+            except trace.TraceError as e:
+                raise ConfigError(f"config error at workload.cases.{name}.trace: {e}") from None
+            if not case.get("ignore_eos", cfg["workload"]["ignore_eos"]):
+                raise ConfigError(f"config error at workload.cases.{name}.ignore_eos: a trace case gives each "
+                                  f"completion its own length and ignores EOS, so that every engine does the same "
+                                  f"work: set ignore_eos true (or drop the case's ignore_eos: false)")
+            if "max_new_tokens" in case:
+                raise ConfigError(f"config error at workload.cases.{name}.max_new_tokens: a trace case's budgets "
+                                  f"come from its trace (the longest is its max_new_tokens): drop the key")
         for bs in case["batch_sizes"]:
             if bs % case["num_generations"]:
                 raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: {bs} is not a multiple "
@@ -261,6 +274,9 @@ def _check(cfg: dict) -> None:
     if cfg["train_backends"] and cfg["train"]["reference"] not in cfg["train_backends"]:
         raise ConfigError(f"config error at train.reference: {cfg['train']['reference']!r} is not in train_backends "
                           f"{cfg['train_backends']} (add it there or pick one of them)")
+    for b in cfg["options"]:
+        if b not in backends.NAMES:
+            raise ConfigError(f"config error at options.{b}: unknown backend (allowed: {', '.join(backends.NAMES)})")
     for i, b in enumerate(cfg["versus"]):
         if b not in backends.NAMES:
             raise ConfigError(f"config error at versus[{i}]: unknown backend {b!r} (allowed: {', '.join(backends.NAMES)})")
@@ -353,6 +369,80 @@ def decode_profile_paths(cfg: dict) -> list[str]:
     return [f"results/decode_profile/{slug}/decode_step.json" for slug in flex_slugs(cfg)]
 
 
+@dataclass(frozen=True)
+class GenGroup:
+    """One generation job: the cells (GenJob) of one (model, backend, variant, LoRA on or off), served in order by
+    one process and one engine (generation.run_group), each cell writing its own stats file."""
+    model: str
+    backend: str
+    variant: str
+    lora: bool
+    cells: tuple[GenJob, ...]
+
+    @property
+    def model_slug(self) -> str:
+        return model_slug(self.model)
+
+    @property
+    def key(self) -> str:
+        return f"{self.model_slug}/{self.backend}/{self.variant}/{'lora' if self.lora else 'base'}"
+
+    @property
+    def record(self) -> str:
+        """The job's own record: its cells, each one's set-up and timed seconds, the process's wall."""
+        return f"results/generate/{self.model_slug}/{self.backend}/{self.variant}/job-{'lora' if self.lora else 'base'}.json"
+
+    @property
+    def rule_name(self) -> str:
+        return "generate__" + re.sub(r"\W+", "_", self.key).strip("_")
+
+
+def gen_groups(cfg: dict) -> list[GenGroup]:
+    """gen_jobs grouped into jobs, in the order their first cells appear; a job's cells keep the config's order
+    (cases as listed, then their batch sizes), the same for every backend."""
+    groups: dict[tuple, list[GenJob]] = {}
+    for j in gen_jobs(cfg):
+        lora = cfg["workload"]["cases"][j.case]["lora"]
+        groups.setdefault((j.model, j.backend, j.variant, lora), []).append(j)
+    out = [GenGroup(*k, cells=tuple(v)) for k, v in groups.items()]
+    names = [g.rule_name for g in out]
+    assert len(set(names)) == len(names), f"two generation jobs share a rule name: {names}"
+    return out
+
+
+def _prompt_family(cfg: dict, case: dict) -> tuple:
+    """Cells whose prompts an engine could have cached from one another: one model, LoRA or not, one prompt pool."""
+    wl = cfg["workload"]
+    return (case["lora"], case.get("dataset", cfg["dataset"]["source"]),
+            tuple(case.get("prompt_tokens", wl["prompt_tokens"])))
+
+
+def prompts_needed(cfg: dict, case_name: str, batch_size: int) -> tuple[int, int, int]:
+    """(n_prompts a round, warm-up prompts, prompts the cell sends in all): every timed round, and every re-measure
+    of them (workload.spread_retries), sends prompts of its own."""
+    wl, case = cfg["workload"], cfg["workload"]["cases"][case_name]
+    n = case.get("n_prompts") or wl["n_prompts"] or batch_size // case["num_generations"]
+    warm = min(wl["warmup_prompts"], n)
+    return n, warm, n * wl["rounds"] * (1 + wl["spread_retries"]) + warm
+
+
+def prompt_offset(cfg: dict, model: str, case_name: str, batch_size: int) -> int:
+    """Where a cell's prompts start in its prompt pool (the dataset after the shuffle, in the token window): after
+    every earlier cell of the same model and family, in the config's order, whatever backend runs them. One engine
+    serves a job's cells, and an engine that caches prefixes (vLLM's) must prefill every cell's prompts, as a GRPO
+    step prefills new ones; every backend still sends a cell the same prompts."""
+    cases = cfg["workload"]["cases"]
+    family, offset = _prompt_family(cfg, cases[case_name]), 0
+    for name, case in cases.items():
+        if model not in case_models(cfg, case) or _prompt_family(cfg, case) != family:
+            continue
+        for bs in case["batch_sizes"]:
+            if (name, bs) == (case_name, batch_size):
+                return offset
+            offset += prompts_needed(cfg, name, bs)[2]
+    raise AssertionError(f"{model} runs no cell {case_name} B = {batch_size}")
+
+
 def gen_jobs(cfg: dict) -> list[GenJob]:
     jobs = []
     for name, case in cfg["workload"]["cases"].items():
@@ -374,6 +464,8 @@ def job_workload(cfg: dict, model: str, backend: str, case_name: str, batch_size
     sampling = Sampling.from_config(case["sampling"], seed=wl["sampling_seed"])
     gpu = uses_gpu(cfg)
     dtype = workload_dtype(cfg, model)
+    n_prompts, warmup, _ = prompts_needed(cfg, case_name, batch_size)
+    traced = trace.load(case["trace"]) if "trace" in case else None
     return {
         "model": model,
         "case": case_name,
@@ -383,14 +475,19 @@ def job_workload(cfg: dict, model: str, backend: str, case_name: str, batch_size
         "sampling": sampling.to_dict(),
         "sampling_preset": case["sampling"] if isinstance(case["sampling"], str) else None,
         "ignore_eos": case.get("ignore_eos", wl["ignore_eos"]),
-        "max_new_tokens": case.get("max_new_tokens", wl["max_new_tokens"]),
+        "max_new_tokens": trace.longest(traced) if traced else case.get("max_new_tokens", wl["max_new_tokens"]),
+        # the trace itself, not its name: an edit to the file re-runs the cells that replay it
+        "trace": {"name": case["trace"], "quantiles": traced["quantiles"]} if traced else None,
         "batch_size": batch_size,
-        "n_prompts": wl["n_prompts"] or batch_size // n,
+        "n_prompts": n_prompts,
         "prompt_tokens": case.get("prompt_tokens", wl["prompt_tokens"]),
+        "prompt_offset": prompt_offset(cfg, model, case_name, batch_size),
         "shuffle_seed": wl["shuffle_seed"],
         "chat_template": wl["chat_template"],
-        "warmup_prompts": min(wl["warmup_prompts"], wl["n_prompts"] or batch_size // n),
+        "warmup_prompts": warmup,
         "rounds": wl["rounds"],
+        "max_round_spread": wl["max_round_spread"],
+        "spread_retries": wl["spread_retries"],
         "dataset": case.get("dataset", cfg["dataset"]["source"]),
         "device": "cuda" if gpu else "cpu",
         "dtype": dtype,
@@ -443,6 +540,9 @@ def train_jobs(cfg: dict) -> list[TrainJob]:
 
 
 def compare_paths(cfg: dict) -> list[str]:
+    """One equivalence comparison per candidate backend and model (none where train.equivalence is off)."""
+    if not cfg["train"]["equivalence"]:
+        return []
     ref = cfg["train"]["reference"]
     return [f"results/compare/{model_slug(m)}/{ref}__{b}.json"
             for m in cfg["train"]["models"] for b in cfg["train_backends"] if b != ref]
@@ -450,7 +550,7 @@ def compare_paths(cfg: dict) -> list[str]:
 
 def band_paths(cfg: dict) -> list[str]:
     """One noise band per trained model, from the reference backend's seeds."""
-    if not cfg["train_backends"]:
+    if not cfg["train_backends"] or not cfg["train"]["equivalence"]:
         return []
     return [f"results/band/{model_slug(m)}/{cfg['train']['reference']}.json" for m in cfg["train"]["models"]]
 

@@ -10,6 +10,9 @@ PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "t
             "snakemake")
 
 GPU_IDS_VAR = "ROLLOUT_BENCH_GPU_IDS"  # set by gpu_lease: physical ids, comma separated
+# where the code runs from a copy without its .git (a GPU host the checkout was carried to): the commit it was
+# copied at and whether it differed from it, written there by whoever copied it (workflow/scripts/device/)
+COMMIT_VAR, DIRTY_VAR = "ROLLOUT_BENCH_GIT_COMMIT", "ROLLOUT_BENCH_GIT_DIRTY"
 
 
 def version(pkg: str) -> str | None:
@@ -40,7 +43,44 @@ def collect() -> dict:
            "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2)}
     env.update({p.replace("-", "_"): version(p) for p in PACKAGES})
     env.update(gpu_info())
+    env.update(code_version())
     return env
+
+
+@cache
+def code_version() -> dict:
+    """The git commit of the code that ran and whether the checkout differed from it (uncommitted changes to
+    tracked files): from git where the checkout has its .git, else from ROLLOUT_BENCH_GIT_COMMIT / _DIRTY; None
+    where neither says."""
+    from . import ROOT
+
+    def git(*args):
+        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=20)
+        return out.stdout if out.returncode == 0 else None
+
+    try:
+        head = git("rev-parse", "HEAD")
+        status = git("status", "--porcelain", "--untracked-files=no") if head else None
+    except (OSError, subprocess.SubprocessError):
+        head = status = None
+    if head and status is not None:
+        return {"git_commit": head.strip(), "git_dirty": bool(status.strip()), "git_source": "git"}
+    commit = os.environ.get(COMMIT_VAR) or None
+    dirty = os.environ.get(DIRTY_VAR)
+    return {"git_commit": commit, "git_dirty": None if dirty is None else dirty not in ("0", "false", ""),
+            "git_source": "env" if commit else None}
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (the kernel's start time), interpreter start-up included; None off Linux."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime, in clock ticks
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:

@@ -1,10 +1,13 @@
-"""One generation job: build the backend, warm it up, time `rounds` rounds, write the stats."""
-import json
+"""One cell of a generation job measured on a built generator: warm up, time `rounds` rounds (again, up to
+spread_retries times, while the rounds spread more than max_round_spread), and the stats fields of what it did.
+
+generation_job.py builds the generator once and runs its cells through `measure_cell`, in order.
+"""
 import statistics
 import time
 from dataclasses import dataclass
 
-from . import backends, completions, envinfo, isolation, kernel_tuning, stats
+from . import completions, envinfo, isolation, trace
 from .workload import GenSpec, Sampling
 
 
@@ -25,13 +28,14 @@ def spec_from_workload(wl: dict, model_dir: str, adapter_dir: str | None, varian
         device=wl["device"],
         dtype=wl["dtype"],
         options=wl.get("options", {}),
+        per_request_lengths=bool(wl.get("trace")),
     )
 
 
 @dataclass
 class Built:
-    """A generator built (and gated) before measure(): its build time and the peak memory of the
-    build itself, so setup_s and peak_memory_gb still cover load + compile + capture."""
+    """A generator built (and gated) before its first cell: its build time and the peak memory of the
+    build itself, so the first cell's peak_memory_gb still covers load + compile + capture."""
     gen: object
     build_s: float
     peak_allocated: float | None = None
@@ -50,81 +54,106 @@ def build(gen_factory, spec: GenSpec) -> Built:
     return Built(gen, time.perf_counter() - t0)
 
 
-def measure(gen_factory, spec: GenSpec, rounds: list[list[list[int]]], warmup: list[list[int]],
-            built: Built | None = None) -> dict:
-    """Time one generate call per round over that round's prompts (prompts.select: no round repeats another's
-    prompts); setup_s covers load + compile + warm-up.
-    With `built`, the generator comes from there and its build counts into setup_s and the peaks
-    (whatever ran between build and measure, a correctness gate, counts into neither)."""
-    cuda = envinfo.cuda()
-    sync = cuda.synchronize if cuda else (lambda: None)
-    n = spec.num_generations
-    gen, setup_s = set_up(gen_factory, spec, warmup, built, cuda, sync)
-    walls, outs, per_round, window = timed_rounds(gen, rounds, n, sync)
-    peak, engine_info = memory(gen, cuda, built)
-    getattr(gen, "close", lambda: None)()
+@dataclass
+class Draws:
+    """Each completion's token budget where the cell replays a trace (workload.trace), else none: draw 0 is the
+    warm-up's, then one per timed round, attempts after the first continuing the count. A pure function of the
+    workload, so every engine gets the same budgets."""
+    workload: dict
 
-    med = statistics.median(walls)
-    best = min(walls)
-    # Each round has its own prompts, and with EOS on its own completion lengths: a rate is each round's tokens
-    # over its own wall, and the job's the median of those (under ignore_eos, decoded tokens / median wall)
+    def budgets(self, draw: int, prompts: list[list[int]]) -> list[int] | None:
+        t = self.workload.get("trace")
+        if not t:
+            return None
+        return trace.lengths(t, len(prompts) * self.workload["num_generations"],
+                             self.workload["sampling"]["seed"], draw)
+
+
+def call(gen, prompts: list[list[int]], n: int, budgets: list[int] | None) -> list[list[int]]:
+    """One generate call; budgets only to generators that take them (per_request_lengths)."""
+    return gen.generate(prompts, n) if budgets is None else gen.generate(prompts, n, max_new_tokens=budgets)
+
+
+def timed_rounds(gen, rounds: list[list[list[int]]], n: int, sync, draws: Draws, first_draw: int = 1):
+    """-> (walls, last round's outputs, per-round records, isolation window, last round's budgets): one generate
+    call per round."""
+    walls, outs, budgets = [], None, None
+    per_round = []
+    with isolation.window() as window:  # the other leases that overlap the rounds are named in the stats
+        for i, prompts in enumerate(rounds):
+            budgets = draws.budgets(first_draw + i, prompts)
+            sync()
+            t = time.perf_counter()
+            outs = call(gen, prompts, n, budgets)
+            sync()
+            wall = time.perf_counter() - t
+            assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
+            walls.append(wall)
+            rec = {"wall_s": round(wall, 6), "decoded_tokens": sum(map(len, outs)),
+                   "prompt_tokens": sum(map(len, prompts)) * n}
+            if budgets is not None:
+                rec["budgets"] = {"digest": trace.digest(budgets), "tokens": sum(budgets)}
+            per_round.append(rec)
+    return walls, outs, per_round, window, budgets
+
+
+def spread(walls: list[float]) -> float:
+    """The slowest round over the fastest, less 1."""
+    return max(walls) / min(walls) - 1
+
+
+def measure_cell(gen, spec: GenSpec, workload: dict, attempts: list[list[list[list[int]]]], warmup: list[list[int]],
+                 cuda) -> dict:
+    """Warm the cell up, then time its rounds: `attempts` holds a set of rounds per allowed attempt (each its own
+    prompts); the next set runs while the last one's rounds spread more than workload.max_round_spread. The
+    fields describe the last attempt; `attempts` in them records every one."""
+    sync = cuda.synchronize if cuda else (lambda: None)
+    n, draws = spec.num_generations, Draws(workload)
+    getattr(gen, "prepare", lambda s: None)(spec)  # e.g. flex captures this cell's sampling path
+    if warmup:
+        call(gen, warmup, n, draws.budgets(0, warmup))
+    sync()
+    t_first = time.perf_counter()
+    limit, tried, draw = workload.get("max_round_spread"), [], 1
+    for rounds in attempts:
+        walls, outs, per_round, window, budgets = timed_rounds(gen, rounds, n, sync, draws, draw)
+        draw += len(rounds)
+        tried.append({"rounds": per_round, "round_spread": round(spread(walls), 4)})
+        if limit is None or spread(walls) <= limit:
+            break
+    timed_s = sum(r["wall_s"] for a in tried for r in a["rounds"])
     decoded = round(statistics.mean(r["decoded_tokens"] for r in per_round))
     n_prompt_tokens = round(statistics.mean(r["prompt_tokens"] for r in per_round))
+    # Each round has its own prompts, and with EOS on its own completion lengths: a rate is each round's tokens
+    # over its own wall, and the cell's the median of those (under ignore_eos, decoded tokens / median wall)
     decode_rates = [r["decoded_tokens"] / w for r, w in zip(per_round, walls)]
     return {
         "outputs": outs,
+        "budgets": budgets,
+        "t_first_round": t_first,
         "fields": {
-            "engine": engine_info,
             "batch_size": spec.batch_size,
-            "n_prompts": len(rounds[0]),
+            "n_prompts": len(attempts[0][0]),
             "n_prompt_tokens": n_prompt_tokens,
             "n_decoded_tokens": decoded,
             "rounds": per_round,
-            "median_wall_s": round(med, 6),
-            "best_wall_s": round(best, 6),
+            "attempts": tried,
+            "round_spread": tried[-1]["round_spread"],
+            "spread_ok": limit is None or tried[-1]["round_spread"] <= limit,
+            "median_wall_s": round(statistics.median(walls), 6),
+            "best_wall_s": round(min(walls), 6),
             "decode_tps": round(statistics.median(decode_rates), 2),
             "decode_tps_best": round(max(decode_rates), 2),
             "prompt_tps": round(statistics.median(r["prompt_tokens"] / w for r, w in zip(per_round, walls)), 2),
-            "peak_memory_gb": peak,
-            "setup_s": round(setup_s, 3),
+            "timed_s": round(timed_s, 3),
             "isolation": isolation.record(window),
         },
     }
 
 
-def set_up(gen_factory, spec: GenSpec, warmup: list[list[int]], built: Built | None, cuda, sync):
-    """-> (generator, setup s): built (or taken from `built`) and warmed up; peak counters reset first."""
-    if cuda:
-        cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    gen = built.gen if built else gen_factory(spec)
-    if warmup:
-        gen.generate(warmup, spec.num_generations)
-    sync()
-    return gen, time.perf_counter() - t0 + (built.build_s if built else 0.0)
-
-
-def timed_rounds(gen, rounds: list[list[list[int]]], n: int, sync):
-    """-> (walls, last round's outputs, per-round records, isolation window): one generate call per round."""
-    walls, outs = [], None
-    per_round = []
-    with isolation.window() as window:  # the other leases that overlap the rounds are named in the stats
-        for prompts in rounds:
-            sync()
-            t = time.perf_counter()
-            outs = gen.generate(prompts, n)
-            sync()
-            wall = time.perf_counter() - t
-            assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
-            tokens = sum(map(len, outs))
-            walls.append(wall)
-            per_round.append({"wall_s": round(wall, 6), "decoded_tokens": tokens,
-                              "prompt_tokens": sum(map(len, prompts)) * n})
-    return walls, outs, per_round, window
-
-
 def memory(gen, cuda, built: Built | None) -> tuple[dict, dict]:
-    """-> (peak GB, the engine's info): torch's peaks over build and rounds, beside the engine's own pool."""
+    """-> (peak GB, the engine's info): torch's peaks over the cell (and the build, for the first), beside the
+    engine's own pool."""
     peak = {"allocated": None, "reserved": None}
     if cuda:
         b = built or Built(None, 0.0)
@@ -138,55 +167,33 @@ def memory(gen, cuda, built: Built | None) -> tuple[dict, dict]:
     return peak, engine_info
 
 
-def check_lengths(outs: list[list[int]], spec: GenSpec) -> str | None:
-    """With ignore_eos every backend must decode exactly max_new_tokens per sequence."""
+def check_lengths(outs: list[list[int]], spec: GenSpec, budgets: list[int] | None = None) -> str | None:
+    """With ignore_eos every backend must decode exactly its budget per sequence: max_new_tokens, or each
+    completion's own (a trace)."""
     if not spec.ignore_eos:
         return None
-    bad = [i for i, o in enumerate(outs) if len(o) != spec.max_new_tokens]
+    want = budgets or [spec.max_new_tokens] * len(outs)
+    bad = [i for i, (o, w) in enumerate(zip(outs, want)) if len(o) != w]
     if bad:
-        return (f"ignore_eos is set but {len(bad)} of {len(outs)} completions do not have "
-                f"max_new_tokens={spec.max_new_tokens} tokens (first: #{bad[0]} has {len(outs[bad[0]])})")
+        what = "its own budget" if budgets else f"max_new_tokens={spec.max_new_tokens}"
+        return (f"ignore_eos is set but {len(bad)} of {len(outs)} completions do not have {what} tokens "
+                f"(first: #{bad[0]} has {len(outs[bad[0]])}, wants {want[bad[0]]})")
     return None
 
 
-def run_job(*, backend: str, variant: str, model: str, case: str, workload: dict, model_dir: str,
-            adapter_dir: str | None, dataset_dir: str, out: str, autotune: str | None = None) -> dict:
-    """autotune: a kernel_tuning record whose decode kernel options this job replays, unless the
-    workload's options set decode_kernel_options themselves."""
-    from .assets import prompts as prompt_assets
-
-    record = stats.base("generate", backend=backend, variant=variant, model=model, workload=workload, case=case)
-    reason = backends.unavailable(backend, variant, envinfo.gpu_info()["gpu_count"], model_dir)
-    if reason:
-        return stats.finish(stats.skipped(record, reason), out)
-    if autotune:
-        options, record["autotune"] = kernel_tuning.replay(autotune, workload["batch_size"], workload["options"])
-        workload = {**workload, "options": options}
-
-    tok = prompt_assets.load_tokenizer(model_dir, workload["chat_template"])
-    rounds, warmup = prompt_assets.select(tok, workload, dataset_dir)
-    spec = spec_from_workload(workload, model_dir, adapter_dir, variant, tok.eos_token_id,
-                              tok.pad_token_id, max(len(p) for ps in [*rounds, warmup] for p in ps))
-    mod = backends.module(backend)
-    reason = getattr(mod, "unsupported_spec", lambda spec: None)(spec)
-    if reason:
-        return stats.finish(stats.skipped(record, reason), out)
-    built = None
-    if hasattr(mod, "gate"):  # engines we wrote prove equality with HF before any speed is reported
-        built = build(mod.load, spec)  # the engine the gate checks is the one then timed
-        t0 = time.perf_counter()
-        record["gate"] = {**mod.gate(spec, built.gen), "seconds": round(time.perf_counter() - t0, 3)}
-        if not record["gate"]["passed"]:
-            getattr(built.gen, "close", lambda: None)()
-            return stats.finish(stats.failed(record, f"correctness gate failed against HF on the same weights: "
-                                                     f"{json.dumps(record['gate'])[:400]}"), out)
-    result = measure(mod.load, spec, rounds, warmup, built)
-    bad = check_lengths(result["outputs"], spec)
-    if bad:
-        return stats.finish(stats.failed(record, bad), out)
-    record.update(result["fields"])
-    record["completions"] = completions.summary(
-        result["outputs"], eos_token_id=spec.eos_token_id, ignore_eos=spec.ignore_eos, batch_size=spec.batch_size,
-        median_wall_s=record["median_wall_s"], engine_round=record["engine"].get("last_round"))
-    record["sample_completions"] = [prompt_assets.decode(tok, o)[:300] for o in result["outputs"][:3]]
-    return stats.finish(record, out)
+def measure(gen_factory, spec: GenSpec, rounds: list[list[list[int]]], warmup: list[list[int]],
+            workload: dict | None = None) -> dict:
+    """One cell on a generator built for it alone: build, warm up, time the rounds, close. setup_s covers
+    build and warm-up."""
+    cuda = envinfo.cuda()
+    workload = workload or {"num_generations": spec.num_generations, "sampling": spec.sampling.to_dict()}
+    t0 = time.perf_counter()
+    built = build(gen_factory, spec)
+    if cuda:
+        cuda.reset_peak_memory_stats()
+    result = measure_cell(built.gen, spec, workload, [rounds], warmup, cuda)
+    peak, engine_info = memory(built.gen, cuda, built)
+    getattr(built.gen, "close", lambda: None)()
+    result["fields"].update(engine=engine_info, peak_memory_gb=peak,
+                            setup_s=round(result["t_first_round"] - t0, 3))
+    return result

@@ -12,8 +12,11 @@ from . import stats
 SUFFIX = ".corrupt"
 
 
-def set_aside(paths) -> list[str]:
-    """Move each existing stats file that fails `stats.load` to `<path>.corrupt`; one message per file moved."""
+def set_aside(paths, readers=lambda path: []) -> list[str]:
+    """Move each existing stats file that fails `stats.load` to `<path>.corrupt`; one message per file moved.
+    `readers(path)`: the cached outputs made from it (the summary CSV, tables, comparisons), removed with it: a
+    Snakemake run that targets one of them would otherwise find it present, never ask for the missing stats
+    file, and leave a table out of step with the files."""
     moved = []
     for path in paths:
         if not os.path.isfile(path):
@@ -25,7 +28,11 @@ def set_aside(paths) -> list[str]:
             if os.path.exists(dest):  # an earlier corrupt copy stays for whoever looks into it
                 dest = f"{path}.{int(os.path.getmtime(path))}{SUFFIX}"
             os.replace(path, dest)
-            moved.append(f"{path}: {e.why}; moved to {dest}, so its job reruns")
+            gone = [r for r in readers(path) if os.path.isfile(r)]
+            for r in gone:
+                os.remove(r)
+            moved.append(f"{path}: {e.why}; moved to {dest}, so its job reruns"
+                         + (f" (and {', '.join(gone)}, made from it, are made again)" if gone else ""))
         except OSError as e:  # unreadable: the job that writes it will say so, the DAG can still be built
             moved.append(f"{path}: cannot be read ({e}); left in place")
     return moved

@@ -79,3 +79,27 @@ def replay(path, batch_size: int, options: dict) -> tuple[dict, dict]:
     if picked and not own:
         options = {**options, "decode_kernel_options": picked}
     return options, info
+
+
+def table(tuned: dict) -> dict:
+    """{batch size: options} of every batch a `run` record tuned (none where it did not run)."""
+    if tuned.get("status") != "ok":
+        return {}
+    return {int(b): dict(r["best"]) for b, r in (tuned.get("by_batch") or {}).items()}
+
+
+def replay_by_batch(path, batch_sizes: list[int], options: dict) -> tuple[dict, dict]:
+    """One engine serving several batch sizes (a generation job's cells): the record's whole table as the engine's
+    decode_kernel_options_by_batch, so that each decode bucket is captured with the entry `options_for` gives it,
+    unless `options` set decode_kernel_options themselves; and per batch size what its cell's stats record of it
+    (as `replay` gives it)."""
+    tuned = load(path)
+    own = "decode_kernel_options" in options or "decode_kernel_options_by_batch" in options
+    info = {}
+    for b in batch_sizes:
+        picked = options_for(tuned, b)
+        info[b] = {"file": str(path), "status": tuned["status"], "replayed": {} if own else picked, "tuned": picked}
+    by_batch = table(tuned)
+    if by_batch and not own:
+        options = {**options, "decode_kernel_options_by_batch": by_batch}
+    return options, info

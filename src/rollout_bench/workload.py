@@ -54,6 +54,8 @@ class GenSpec:
     device: str = "cpu"
     dtype: str = "float32"
     options: dict = field(default_factory=dict)  # backend-specific knobs from config
+    # each completion has a budget of its own, passed to generate(..., max_new_tokens=[...]) (a trace case)
+    per_request_lengths: bool = False
 
     @property
     def max_seq_len(self) -> int:

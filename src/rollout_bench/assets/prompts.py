@@ -18,31 +18,40 @@ def encode(tok, problem: str) -> list[int]:
                                         tokenize=True, return_dict=False))
 
 
-def select(tok, workload: dict, dataset_dir: str) -> tuple[list[list[list[int]]], list[list[int]]]:
-    """(each timed round's prompts, warm-up prompts): after the shuffle, the prompts in the length window, n_prompts
-    a round for `rounds` rounds, then the warm-up's. No prompt is sent twice: an engine that caches prefixes across
-    calls (vLLM's prefix caching, transformers' block sharing, both on by default) would otherwise skip the prefill
-    of every round after the first, which a GRPO step, whose prompts are new, does not get to do."""
+def select(tok, workload: dict, dataset_dir: str, sets: int | None = None):
+    """(each timed round's prompts, warm-up prompts): after the shuffle, the prompts in the length window from
+    workload.prompt_offset on (the prompts of the cells before this one: config.prompt_offset), n_prompts a round
+    for `rounds` rounds, then the warm-up's. No prompt is sent twice: an engine that caches prefixes across calls
+    (vLLM's prefix caching, transformers' block sharing, both on by default) would otherwise skip the prefill of
+    every round after the first, which a GRPO step, whose prompts are new, does not get to do.
+    With `sets`: that many sets of rounds, each its own prompts (a cell measured again), as a list of them."""
     lo, hi = workload["prompt_tokens"]
     n, rounds, n_warm = workload["n_prompts"], workload["rounds"], workload["warmup_prompts"]
-    need = n * rounds + n_warm
+    skip = workload.get("prompt_offset", 0)
+    need = n * rounds * (sets or 1) + n_warm
     ds = dataset.load(dataset_dir).shuffle(seed=workload["shuffle_seed"])
-    picked = []
+    picked, seen = [], 0
     for problem in ds["prompt"]:
         ids = encode(tok, problem)
         if lo <= len(ids) <= hi:
-            picked.append(ids)
-            if len(picked) == need:
-                break
+            seen += 1
+            if seen > skip:
+                picked.append(ids)
+                if len(picked) == need:
+                    break
     if len(picked) < need:
         job = f"case {workload['case']!r} at batch size {workload['batch_size']}" if "case" in workload else "the job"
         raise ValueError(
             f"{job} sends {need} distinct prompts (n_prompts={n} a round, null meaning batch_size / "
-            f"num_generations, x workload.rounds={rounds}, plus warmup_prompts={n_warm}) but only {len(picked)} "
-            f"prompts of dataset {workload.get('dataset', dataset_dir)!r} have {lo}..{hi} tokens; widen "
-            f"prompt_tokens (workload's, or the case's own), give the dataset more problems (dataset.n_problems for "
-            f"the synthetic one), or lower the case's batch_sizes, workload.rounds or workload.warmup_prompts")
-    return [picked[r * n:(r + 1) * n] for r in range(rounds)], picked[n * rounds:]
+            f"num_generations, x workload.rounds={rounds} x {sets or 1} set(s) (1 + workload.spread_retries), plus "
+            f"warmup_prompts={n_warm}) after the {skip} of the cells before it, but dataset "
+            f"{workload.get('dataset', dataset_dir)!r} has only {seen} prompts of {lo}..{hi} tokens; give the dataset "
+            f"more problems (dataset.n_problems for the synthetic one), widen prompt_tokens (workload's, or the "
+            f"case's own), or lower the cases' batch_sizes or n_prompts, workload.rounds, spread_retries or "
+            f"warmup_prompts")
+    out = [[picked[(s * rounds + r) * n:(s * rounds + r + 1) * n] for r in range(rounds)] for s in range(sets or 1)]
+    warmup = picked[n * rounds * (sets or 1):]
+    return (out, warmup) if sets else (out[0], warmup)
 
 
 def decode(tok, ids: list[int]) -> str:

@@ -22,6 +22,11 @@ A backend module provides:
             n completions per prompt, prompt-major, token ids without the prompt;
         memory() -> dict  (optional) engine-reserved bytes, e.g. {"reserved_gb": 12.3}
         close()  (optional)
+        retarget(spec) -> bool  (optional) take the next cell of its job (same_engine, within what it was built
+            for) without a rebuild; False: the job builds a generator for that cell
+        prepare(spec)  (optional) before a cell's warm-up: whatever its first timed round must not pay for
+    PER_REQUEST_LENGTHS: bool  (optional) generate(prompts, n, max_new_tokens=[one per completion]) works (trace
+        cases); a backend without it skips them
 """
 import importlib
 
@@ -76,3 +81,12 @@ def alone_on_gpu(name: str, options: dict) -> bool:
     """Whether a job of backend `name` with `options` must have its GPU alone (its lease takes every slot)."""
     ask = getattr(module(name), "alone_on_gpu", None)
     return bool(ask(options)) if ask else False
+
+
+ENGINE_FIELDS = ("model_dir", "adapter_dir", "variant", "device", "dtype", "options")
+
+
+def same_engine(built, spec) -> bool:
+    """Whether a generator built for spec `built` runs `spec` as it would run one built for it: the same weights,
+    adapter, variant, device, dtype and options (batch, lengths and sampling are each backend's own to check)."""
+    return all(getattr(built, f) == getattr(spec, f) for f in ENGINE_FIELDS)

@@ -17,6 +17,7 @@ from . import hf_model
 REQUIRES = ("torch", "transformers")
 NEEDS_GPU = False
 VARIANTS = ("graphs", "eager", "peft_unmerged")
+PER_REQUEST_LENGTHS = True
 
 
 def unavailable(variant, gpu_count):
@@ -54,11 +55,35 @@ class Generator:
         self.spec = spec
         self.engine = engine if engine is not None else build_engine(spec)
 
-    def generate(self, prompts, n):
+    def retarget(self, spec) -> bool:
+        """The next cell of the job: the same engine while it fits the cell's batch and sequence length."""
+        from . import same_engine
+
+        cfg = self.engine.config
+        if not (same_engine(self.spec, spec) and spec.batch_size <= cfg.max_batch
+                and spec.max_seq_len <= cfg.max_seq_len):
+            return False
+        self.spec = spec
+        return True
+
+    def prepare(self, spec) -> None:
+        """Capture this cell's sampling path in every bucket its batch can shrink to (rows finish at different
+        steps under EOS or a trace), so that no graph is captured inside a timed round. The engine captured the
+        greedy and top-k paths of every bucket when it was built."""
+        runner = self.engine.runner
+        if not runner.graphs_on:
+            return
+        how = runner.mode(spec.sampling.temperature, spec.sampling.top_k)
+        top = next(b for b in runner.buckets if b >= min(spec.batch_size, self.engine.config.max_batch))
+        missing = [b for b in runner.buckets if b <= top and (b, how) not in runner.graphs]
+        if missing:
+            runner.capture(missing, how)
+
+    def generate(self, prompts, n, max_new_tokens=None):
         s, e = self.spec, self.engine
         before, t0 = dict(e.timings), time.perf_counter()
-        outs = e.generate(prompts, s.sampling, s.max_new_tokens, n=n, ignore_eos=s.ignore_eos,
-                          eos_token_id=s.eos_token_id)
+        outs = e.generate(prompts, s.sampling, s.max_new_tokens if max_new_tokens is None else list(max_new_tokens),
+                          n=n, ignore_eos=s.ignore_eos, eos_token_id=s.eos_token_id)
         self.last_call = split(time.perf_counter() - t0, {k: e.timings[k] - before[k] for k in before})
         return [o.token_ids for o in outs]
 
@@ -67,22 +92,28 @@ class Generator:
 
     def info(self):
         """The engine's own memory split and the knobs that decide its speed."""
-        mem, cfg = self.engine.memory(), self.engine.config
+        mem, cfg, runner = self.engine.memory(), self.engine.config, self.engine.runner
+        rows = self.spec.batch_size if self.spec else cfg.max_batch
+        bucket = next(b for b in runner.buckets if b >= min(rows, cfg.max_batch))
+
+        def splits(b):  # with options per batch size, each bucket was captured with its own
+            opts = cfg.decode_options_for(b) if runner.per_bucket else None
+            return max(runner.kv_splits(b, p.kv_heads, opts) for p in runner.plan)
+
         return {"memory_gb": {"kv_pool": mem["kv_pool_gb"], "weights_on_device": mem["weights_gb"],
                               "weights_on_host": mem.get("host_weights_gb", 0.0)},
-                "num_pages": self.engine.runner.pages.num_pages,
-                "page_size": cfg.page_size, "buckets": list(self.engine.runner.buckets),
-                "cuda_graphs": self.engine.runner.graphs_on,
-                "fused_projections": self.engine.runner.fused[0][0] is not None,
-                "decode_kernel_options": dict(cfg.decode_kernel_options),
+                "num_pages": runner.pages.num_pages, "max_batch": cfg.max_batch, "max_seq_len": cfg.max_seq_len,
+                "page_size": cfg.page_size, "buckets": list(runner.buckets),
+                "cuda_graphs": runner.graphs_on,
+                "fused_projections": runner.fused[0][0] is not None,
+                # the options this cell's batch bucket runs (captured) with
+                "decode_kernel_options": cfg.decode_options_for(bucket),
                 # what ran the prefill attention: FA4, or flex's Triton kernel and why (fa4.why_not)
-                "fa4_prefill": "FLASH" if (why := self.engine.runner.fa4_reason) is None else f"triton ({why})",
+                "fa4_prefill": "FLASH" if (why := runner.fa4_reason) is None else f"triton ({why})",
                 # per head dim, the Triton tiles that replaced the ones asked for, to fit shared memory (smem.fit)
-                "kernel_tiles": self.engine.runner.kernel_tiles(),
+                "kernel_tiles": runner.kernel_tiles(),
                 # per bucket, the most KV splits a layer's decode kernel runs at; > 1: every page a partial block
-                "decode_kv_splits": {str(b): max(self.engine.runner.kv_splits(b, p.kv_heads)
-                                                 for p in self.engine.runner.plan)
-                                     for b in self.engine.runner.buckets},
+                "decode_kv_splits": {str(b): splits(b) for b in runner.buckets},
                 "last_round": getattr(self, "last_call", None),
                 "bandwidth": self.bandwidth()}
 

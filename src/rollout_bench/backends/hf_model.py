@@ -49,6 +49,15 @@ class Generator:
         self.model = model if model is not None else load_model(spec)
         self.kwargs = generation_kwargs(spec)
 
+    def retarget(self, spec) -> bool:
+        """The next cell on the same model: generate's kwargs are the cell's own (a fixed-shape subclass: no)."""
+        from . import same_engine
+
+        if self.fixed_batch or not same_engine(self.spec, spec):
+            return False
+        self.spec, self.kwargs = spec, generation_kwargs(spec)
+        return True
+
     @torch.inference_mode()
     def generate(self, prompts, n):
         seqs = [p for p in prompts for _ in range(n)]

@@ -16,6 +16,7 @@ from .. import envinfo
 REQUIRES = ("torch", "vllm")
 NEEDS_GPU = True
 VARIANTS = ("default", "dummy", "gmu_low")
+PER_REQUEST_LENGTHS = True
 GMU_DEFAULT, GMU_LOW = 0.9, 0.3
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks (0.26)
 # Measured on the offline H200 host: without these the engine start hangs at model-runner init.
@@ -167,7 +168,7 @@ class Generator:
         os.environ.update({k: os.environ.get(k, v) for k, v in ENV.items()})
         from vllm import LLM
 
-        self.spec = spec
+        self.spec = self.built = spec
         self.llm = LLM(**engine_kwargs(spec))
         self.lora = None
         if spec.adapter_dir:
@@ -175,11 +176,29 @@ class Generator:
 
             self.lora = LoRARequest("adapter", 1, str(Path(spec.adapter_dir).resolve()))
 
-    def generate(self, prompts, n):
+    def retarget(self, spec) -> bool:
+        """The next cell of the job on the same LLM (one engine per model and adapter, sized for the job's largest
+        batch, each round submitting the cell's prompts): while the cell fits its max_num_seqs and max_model_len
+        and samples with the seed the engine was given."""
+        from . import same_engine
+
+        kw = engine_kwargs(self.built)
+        if not (same_engine(self.built, spec) and spec.batch_size <= kw["max_num_seqs"]
+                and spec.max_seq_len <= kw["max_model_len"] and spec.sampling.seed == self.built.sampling.seed):
+            return False
+        self.spec = spec
+        return True
+
+    def generate(self, prompts, n, max_new_tokens=None):
         from vllm import SamplingParams, TokensPrompt
 
-        inputs, per_request = requests(prompts, n, self.spec.sampling.greedy)
-        params = SamplingParams(**sampling_kwargs(self.spec, per_request))
+        if max_new_tokens is not None:  # each completion its own request and budget, as TRL's colocated rollout
+            inputs = [p for p in prompts for _ in range(n)]  # submits a prompt once per completion
+            base = sampling_kwargs(self.spec, 1)
+            params = [SamplingParams(**{**base, "max_tokens": int(m)}) for m in max_new_tokens]
+        else:
+            inputs, per_request = requests(prompts, n, self.spec.sampling.greedy)
+            params = SamplingParams(**sampling_kwargs(self.spec, per_request))
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in inputs], params,
                                  use_tqdm=False, lora_request=self.lora)
         return [list(c.token_ids) for o in outs for c in sorted(o.outputs, key=lambda c: c.index)]

@@ -32,6 +32,10 @@ class EngineConfig:
     compile: bool | None = None  # torch.compile the layer step; None = on for CUDA
     fa4_prefill: str = "auto"  # 'auto' | 'on' | 'off'
     decode_kernel_options: dict = field(default_factory=dict)
+    # {batch size: decode options} (the autotune record's entries): a bucket's graph is captured with the entry of
+    # the smallest batch >= the bucket, else the largest; one engine then serves every batch size with the options
+    # tuned for it. Not with decode_kernel_options
+    decode_kernel_options_by_batch: dict = field(default_factory=dict)
     prefill_kernel_options: dict = field(default_factory=dict)
     sampler_topk_cap: int = 64  # when every request has 0 < top_k <= cap, sample from torch.topk(cap)
     # sampled tokens' logprobs: "policy" = log_softmax(z / T), the trainer's quantity; "processed" =
@@ -57,18 +61,32 @@ class EngineConfig:
         assert self.sampler_topk_cap >= 1
         assert self.logprobs in ("policy", "processed"), \
             f"engine option logprobs must be 'policy' or 'processed', not {self.logprobs!r}"
-        for opts in (self.decode_kernel_options, self.prefill_kernel_options):
+        self.decode_kernel_options_by_batch = {int(b): dict(o) for b, o in self.decode_kernel_options_by_batch.items()}
+        assert not (self.decode_kernel_options and self.decode_kernel_options_by_batch), \
+            "give decode_kernel_options (every bucket) or decode_kernel_options_by_batch (per batch size), not both"
+        assert all(b >= 1 for b in self.decode_kernel_options_by_batch), self.decode_kernel_options_by_batch
+        decode_sets = (self.decode_kernel_options, *self.decode_kernel_options_by_batch.values())
+        for opts in (*decode_sets, self.prefill_kernel_options):
             unknown = set(opts) - KERNEL_OPTION_KEYS
             assert not unknown, f"unknown flex kernel options {sorted(unknown)}; known: {sorted(KERNEL_OPTION_KEYS)}"
         assert "GEMM_TILES" not in self.prefill_kernel_options, \
             "GEMM_TILES is a decode option (decode_kernel_options): prefill's GEMMs are cuBLAS's"
         # The decode kernel then steps from one KV block to the next without reading kv_indices, but a
         # sequence's pages are wherever the allocator found them (and shared across a GRPO group).
-        assert not self.decode_kernel_options.get("BLOCKS_ARE_CONTIGUOUS"), \
+        assert not any(o.get("BLOCKS_ARE_CONTIGUOUS") for o in decode_sets), \
             "BLOCKS_ARE_CONTIGUOUS is wrong for paged decode: physical pages are not contiguous"
         # Padding rows and reserved slot 0 rely on the kernel's empty-row guard.
-        for opts in (self.decode_kernel_options, self.prefill_kernel_options):
+        for opts in (*decode_sets, self.prefill_kernel_options):
             assert not opts.get("ROWS_GUARANTEED_SAFE"), "ROWS_GUARANTEED_SAFE NaNs padded rows"
+
+    def decode_options_for(self, bucket: int) -> dict:
+        """The decode options a bucket's graph is captured with: its decode_kernel_options_by_batch entry (the
+        smallest batch >= bucket, else the largest), else decode_kernel_options."""
+        by = self.decode_kernel_options_by_batch
+        if not by:
+            return dict(self.decode_kernel_options)
+        sizes = sorted(by)
+        return dict(by[next((b for b in sizes if b >= bucket), sizes[-1])])
 
     def chunk_cap(self, can_stop_early: bool) -> int:
         """Decode steps before the next host sync, for a batch that can (or cannot) stop at EOS."""

@@ -99,20 +99,23 @@ class Engine:
         self.lora.refresh(adapter_state, scaling)
 
     # requests
-    def submit(self, prompts: list[list[int]], sampling, max_new_tokens: int, n: int = 1,
+    def submit(self, prompts: list[list[int]], sampling, max_new_tokens: int | list[int], n: int = 1,
                ignore_eos: bool = False, eos_token_id: int | None = None, first_index: int = 0) -> list[Sequence]:
         """Queue n completions per prompt; sequence i (prompt-major, from first_index) samples with
-        request_seed(sampling.seed, i), so its draws do not depend on what runs beside it."""
-        assert max_new_tokens >= 1 and n >= 1
+        request_seed(sampling.seed, i), so its draws do not depend on what runs beside it. max_new_tokens: one
+        budget for all, or each sequence's own (prompt-major, len(prompts) * n: a recorded rollout's lengths)."""
+        budgets = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * (len(prompts) * n)
+        assert n >= 1 and len(budgets) == len(prompts) * n and min(budgets, default=1) >= 1, (n, len(budgets))
         seqs = []
         for p, prompt in enumerate(prompts):
-            assert prompt and len(prompt) + max_new_tokens <= self.config.max_seq_len, \
-                f"prompt of {len(prompt)} + {max_new_tokens} new tokens exceeds max_seq_len={self.config.max_seq_len}"
+            longest = max(budgets[p * n:(p + 1) * n])
+            assert prompt and len(prompt) + longest <= self.config.max_seq_len, \
+                f"prompt of {len(prompt)} + {longest} new tokens exceeds max_seq_len={self.config.max_seq_len}"
             group = []
             for j in range(n):
                 index = first_index + p * n + j
                 group.append(Sequence(
-                    id=index, tokens=list(prompt), prompt_len=len(prompt), max_new_tokens=max_new_tokens,
+                    id=index, tokens=list(prompt), prompt_len=len(prompt), max_new_tokens=budgets[p * n + j],
                     temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                     min_p=sampling.min_p, seed=sampler.request_seed(sampling.seed, index),
                     eos_token_id=None if ignore_eos else eos_token_id))
@@ -120,7 +123,7 @@ class Engine:
             seqs.extend(group)
         return seqs
 
-    def generate(self, prompts: list[list[int]], sampling, max_new_tokens: int, n: int = 1,
+    def generate(self, prompts: list[list[int]], sampling, max_new_tokens: int | list[int], n: int = 1,
                  ignore_eos: bool = False, eos_token_id: int | None = None) -> list[Completion]:
         """n completions per prompt, prompt-major. See Completion for what the logprobs are."""
         seqs = self.submit(prompts, sampling, max_new_tokens, n, ignore_eos, eos_token_id)

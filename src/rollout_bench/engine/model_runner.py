@@ -148,6 +148,8 @@ class ModelRunner:
         # A batch of 1 would make torch.compile specialise a second set of graphs (sizes 0 and 1
         # are special to it): compiled, bucket 1 runs as bucket 2 with one padding row.
         self.buckets = tuple(b for b in cfg.buckets if not (compile_on and b == 1 and cfg.max_batch > 1))
+        # per bucket where the config gives options by batch size (capture sets each bucket's)
+        self.per_bucket = on_cuda and bool(cfg.decode_kernel_options_by_batch)
         self.use_decode_options(cfg.decode_kernel_options if on_cuda else {})
         self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count if on_cuda else None
         head_dims = sorted({p.head_dim for p in self.plan})
@@ -260,12 +262,12 @@ class ModelRunner:
         return lm_logits(self.lm, self.lm.model.norm(h))
 
     # decode
-    def kv_splits(self, b: int, kv_heads: int) -> int:
-        """SPLIT_KV of a b-row decode call over kv_heads KV heads: the decode options' own, else Inductor's
-        rule (flex_decoding.get_split_k: floor(SMs / (b * kv_heads)) * 2, at least 1), passed to the kernel
-        explicitly so that the BlockMask's layout (decode_inputs) and the kernel agree. 1 off CUDA, and
-        where the options force flex's main kernel, which does not split."""
-        opts = self.decode_opts or {}
+    def kv_splits(self, b: int, kv_heads: int, opts: dict | None = None) -> int:
+        """SPLIT_KV of a b-row decode call over kv_heads KV heads: the decode options' own (`opts`, default the
+        ones in use), else Inductor's rule (flex_decoding.get_split_k: floor(SMs / (b * kv_heads)) * 2, at least
+        1), passed to the kernel explicitly so that the BlockMask's layout (decode_inputs) and the kernel agree. 1
+        off CUDA, and where the options force flex's main kernel, which does not split."""
+        opts = (self.decode_opts if opts is None else opts) or {}
         if self.sms is None or opts.get("FORCE_USE_FLEX_ATTENTION") or opts.get("BACKEND") in ("TRITON", "FLASH"):
             return 1
         return opts.get("SPLIT_KV") or max(self.sms // (b * kv_heads) * 2, 1)
@@ -341,6 +343,8 @@ class ModelRunner:
         how = sampler.mode([(s.temperature, s.top_k) for s in seqs], self.cfg.sampler_topk_cap, self.vocab)
         if self.graphs_on and (bucket, how) not in self.graphs:
             self.capture([bucket], how)
+        elif self.per_bucket and not self.graphs_on:  # uncaptured steps read the options in use
+            self.use_decode_options(self.cfg.decode_options_for(bucket))
         self.set_rows(seqs, bucket)
         for _ in range(steps):
             if self.graphs_on:
@@ -352,11 +356,18 @@ class ModelRunner:
         lp = self.out_lp[:n, :steps].cpu()
         return tok.tolist(), lp.tolist()
 
+    def mode(self, temperature: float, top_k: int) -> str:
+        """The sampling path (sampler.mode) of rows that all sample with these parameters."""
+        return sampler.mode([(temperature, top_k)], self.cfg.sampler_topk_cap, self.vocab)
+
     @torch.no_grad()
     def capture(self, buckets, how: str) -> None:
-        """Capture the decode step of each bucket (largest first, so smaller ones reuse its memory)."""
+        """Capture the decode step of each bucket (largest first, so smaller ones reuse its memory); with options
+        per batch size (per_bucket), each bucket with its own (EngineConfig.decode_options_for)."""
         assert self.graphs_on
         for b in sorted(buckets, reverse=True):
+            if self.per_bucket:
+                self.use_decode_options(self.cfg.decode_options_for(b))
             with skinny_gemm.active(self.gemm_tiles if b <= skinny_gemm.MAX_ROWS else None):
                 self.set_rows([], b)  # padding rows: warm-up and capture write only page 0
                 stream = torch.cuda.Stream()

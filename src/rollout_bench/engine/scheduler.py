@@ -36,7 +36,7 @@ class Scheduler:
         a private copy of the partial last page per extra member, then every member's growth."""
         P, L = self.cfg.page_size, group[0].num_tokens
         prompt = -(-L // P)
-        chunk = min(self.chunk_cap(group), group[0].remaining)
+        chunk = min(self.chunk_cap(group), max(s.remaining for s in group))  # members may have budgets of their own
         grow = -(-(L + chunk) // P) - prompt
         return prompt + (len(group) - 1) * (L % P > 0), len(group) * grow
 

@@ -6,11 +6,13 @@ import json
 
 
 def _train(a):
+    from .. import compile_cache
+    cache = compile_cache.use(a.cache_dir or None)  # before anything compiles
     from . import job
 
     rec = job.run_job(backend=a.backend, model=a.model, workload=json.loads(a.workload), model_dir=a.model_dir,
                       adapter_dir=a.adapter or None, dataset_dir=a.dataset, steps=a.steps, out=a.out,
-                      max_wall_s=a.max_wall_s, autotune=a.autotune or None)
+                      max_wall_s=a.max_wall_s, autotune=a.autotune or None, compile_cache=cache)
     print(json.dumps({k: rec.get(k) for k in ("status", "reason", "median_step_s", "train_wall_s")}))
 
 
@@ -56,6 +58,7 @@ def add_commands(sub) -> None:
     p.add_argument("--max-wall-s", type=float, default=None,
                    help="stop between steps before the training wall time passes this (the stats say so)")
     p.add_argument("--autotune", default="", help="kernel_tuning record the flex rollout engine replays")
+    p.add_argument("--cache-dir", default="", help="compile caches shared across jobs (config cache_dir)")
     p.set_defaults(fn=_train)
 
     p = sub.add_parser("band", help="the reference seeds' GRPO runs -> their noise band per window (band JSON)")

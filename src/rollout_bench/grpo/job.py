@@ -56,10 +56,13 @@ def gate(run: driver.Run, spec: TrainSpec, steps: int) -> str | None:
 
 def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter_dir: str | None,
             dataset_dir: str, steps: int, out: str, variant: str = "default",
-            max_wall_s: float | None = None, autotune: str | None = None) -> dict:
+            max_wall_s: float | None = None, autotune: str | None = None, compile_cache: dict | None = None) -> dict:
     """autotune: a kernel_tuning record whose decode kernel options the flex rollout engine replays, as a
-    generation job of as many rows (one rollout's), unless the workload's engine options set them."""
+    generation job of as many rows (one rollout's), unless the workload's engine options set them.
+    compile_cache: what compile_cache.use said of the job's caches (recorded)."""
     record = stats.base("train", backend=backend, variant=variant, model=model, workload=workload)
+    if compile_cache:
+        record["compile_cache"] = compile_cache
     reason = availability.unavailable(backend, envinfo.gpu_info()["gpu_count"], model_dir)
     if reason:
         return stats.finish(stats.skipped(record, reason), out)
@@ -82,5 +85,8 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
         return stats.finish(stats.failed(record, bad), out)
     median, window = timing.median_step(run.steps)
     record.update(median_step_s=round(median, 4), median_step_window=window, train_wall_s=run.train_wall_s,
-                  peak_memory_gb=run.peak_memory_gb)
+                  peak_memory_gb=run.peak_memory_gb, timed_s=run.train_wall_s)
+    age = envinfo.process_age_s()
+    if age is not None:  # the process's wall but its training loop: imports, loads, engines, compiles
+        record["setup_s"] = round(max(0.0, age - run.train_wall_s), 3)
     return stats.finish(record, out)

@@ -1,0 +1,48 @@
+"""Compile caches every GPU job shares (config `cache_dir`): start-up paid once per host, not once per job.
+
+flex compiles its layer code and flex-attention kernels with Inductor and Triton, and vLLM compiles its model with
+torch.compile; each library keeps what it compiled on disk, keyed by what it compiled, and reuses it in a later
+process. `use` points them all under one directory before anything compiles (a variable the user set stays as it
+is) and says whether the job found anything there: its stats record it, so a set-up time can be read as a cold or
+a warm start.
+"""
+import os
+from pathlib import Path
+
+VARS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "VLLM_CACHE_ROOT": "vllm"}
+
+
+def files_under(paths) -> int:
+    return sum(len(files) for p in paths for _, _, files in os.walk(p))
+
+
+def use(cache_dir: str | None, environ=os.environ) -> dict:
+    """Set the libraries' cache variables under `cache_dir` -> what the job's stats record: the directories, the
+    files in them at the job's start, and `state`: warm (something cached) or cold; `default` where no cache_dir
+    is configured (each library's own default then)."""
+    if not cache_dir:
+        return {"dir": None, "state": "default"}
+    root = Path(cache_dir).resolve()
+    dirs = {}
+    for var, sub in VARS.items():
+        environ.setdefault(var, str(root / sub))
+        dirs[var] = environ[var]
+        Path(dirs[var]).mkdir(parents=True, exist_ok=True)
+    n = files_under(dirs.values())
+    return {"dir": str(root), "dirs": dirs, "files_at_start": n, "state": "warm" if n else "cold"}
+
+
+def snapshot(environ=os.environ) -> dict:
+    """The cache variables as the user set them (None: unset), before anything imports torch."""
+    return {var: environ.get(var) for var in VARS}
+
+
+def restore(before: dict, environ=os.environ) -> None:
+    """Undo what an import did to the cache variables since `snapshot`: importing torch's Inductor sets
+    TORCHINDUCTOR_CACHE_DIR to its default in the importing process (Snakemake's, whose config checks import the
+    engine), and every job would inherit that instead of cache_dir."""
+    for var, value in before.items():
+        if value is None:
+            environ.pop(var, None)
+        else:
+            environ[var] = value

@@ -1,0 +1,158 @@
+"""The README's answer: flex against vLLM from the newest published headline run alone (profile `headline`: every
+cell side by side on one GPU, in one invocation, at one commit), regenerated from its stats, never typed.
+
+A cell's ratio is shown only where both sides are `ok` and each side's timed rounds spread at most the run's
+max_round_spread (the job measured a cell again while they spread more; what it still saw is named below the
+table). The run's start-up share is its GPU jobs' set-up seconds over their walls, from the generation jobs'
+records and the training stats.
+"""
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from . import aggregate
+from .render import bandwidth, fmt, peak_gb
+
+PROFILE = "headline"
+
+
+def folders(root) -> list[Path]:
+    """Published headline runs under `root`, oldest first (by the date their manifest was written)."""
+    out = []
+    for m in Path(root).glob("*/MANIFEST.json"):
+        man = json.loads(m.read_text())
+        if man.get("profile") == PROFILE:
+            out.append((man.get("published_at", ""), m.parent))
+    return [f for _, f in sorted(out)]
+
+
+def _records(folder: Path, kind: str) -> list[tuple[Path, dict]]:
+    out = []
+    for p in sorted(folder.rglob("*.json")):
+        rec = json.loads(p.read_text())
+        if isinstance(rec, dict) and rec.get("kind") == kind:
+            out.append((p, rec))
+    return out
+
+
+def startup(folder: Path) -> dict:
+    """GPU jobs' set-up seconds over their walls: generation jobs (their records) and GRPO runs (their stats)."""
+    setup = wall = 0.0
+    jobs = []
+    for p, job in _records(folder, "generate_job"):
+        if job["cells"] and any(c["setup_s"] is not None for c in job["cells"]):
+            setup, wall = setup + job["setup_s"], wall + job["wall_s"]
+            jobs.append((p.relative_to(folder).as_posix(), job["setup_s"], job["wall_s"]))
+    for p, rec in _records(folder, "train"):
+        if rec["status"] == "ok" and rec.get("setup_s") is not None:
+            setup, wall = setup + rec["setup_s"], wall + rec["wall_s"]
+            jobs.append((p.relative_to(folder).as_posix(), rec["setup_s"], rec["wall_s"]))
+    return {"setup_s": setup, "wall_s": wall, "share": setup / wall if wall else None, "jobs": jobs}
+
+
+def _limit(folder: Path) -> float | None:
+    import yaml
+
+    cfg = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+    return ((cfg.get("workload") or {}).get("max_round_spread"))
+
+
+def _side(df: pd.DataFrame, backend: str, key: tuple) -> pd.Series | None:
+    rows = df[(df.backend == backend) & (df.case == key[0]) & (df.batch_size == key[1])]
+    return rows.iloc[-1] if not rows.empty else None
+
+
+def _cell_name(r: pd.Series) -> str:
+    if r.get("trace") and isinstance(r.trace, str):
+        return f"{r.case}: trace {r.trace}, {r.n_prompts} prompts × {r.num_generations}"
+    lora = f"LoRA r{r.lora_rank} " if r.lora_rank else ""
+    return f"{r.case}: {lora}{r.sampling}"
+
+
+def generation_rows(folder: Path, a: str, b: str, limit: float | None) -> tuple[list[str], list[str]]:
+    """Table rows, and the notes for cells without a ratio."""
+    df = aggregate.generation_frame([str(p) for p, _ in _records(folder, "generate")])
+    df = df.assign(peak_gb=peak_gb)
+    rows, notes = [], []
+    for key in dict.fromkeys(zip(df.case, df.batch_size)):
+        x, y = _side(df, a, key), _side(df, b, key)
+        first = x if x is not None else y
+        name = _cell_name(first)
+        if x is None or y is None or x.status != "ok" or y.status != "ok":
+            notes.append(f"{name}, B = {key[1]}: {a} {'not run' if x is None else x.status}, "
+                         f"{b} {'not run' if y is None else y.status}"
+                         + "".join(f" ({s.backend}: {str(s.reason)[:160]})" for s in (x, y)
+                                   if s is not None and s.status != "ok"))
+            continue
+        spread_bad = [s for s in (x, y) if limit is not None and s.round_spread > limit]
+        ratio = f"**{fmt(x.decode_tps / y.decode_tps, '.2f')}**"
+        if spread_bad:
+            ratio = "—"
+            notes.append(f"{name}, B = {key[1]}: no ratio, rounds spread "
+                         + ", ".join(f"{s.backend} {100 * s.round_spread:.0f}%" for s in spread_bad)
+                         + f" (over {100 * limit:.0f}% after the job's re-measure)")
+        last = f"{fmt(x.time_to_last_s, '.2f')}, {fmt(y.time_to_last_s, '.2f')} ({fmt(x.time_to_last_s / y.time_to_last_s, '.2f')})"
+        rows.append(f"| {name} | {key[1]} | {fmt(x.decode_tps)} | {fmt(y.decode_tps)} | {ratio} | {last} "
+                    f"| {bandwidth(x.decode_gb_per_s, x.of_copy_rate)} "
+                    f"| {100 * x.round_spread:.1f}%, {100 * y.round_spread:.1f}% "
+                    f"| {fmt(x.peak_gb, '.0f')}, {fmt(y.peak_gb, '.0f')} |")
+    return rows, notes
+
+
+def train_rows(folder: Path, a: str, b: str) -> tuple[list[str], list[str]]:
+    recs = {r["backend"]: r for _, r in _records(folder, "train") if not r["workload"].get("frozen")}
+    x, y = recs.get(a), recs.get(b)
+    if not x or not y or x["status"] != "ok" or y["status"] != "ok":
+        return [], [f"GRPO step: {a} {x['status'] if x else 'not run'}, {b} {y['status'] if y else 'not run'}"
+                    + "".join(f" ({r['backend']}: {str(r['reason'])[:160]})" for r in (x, y)
+                              if r and r["status"] != "ok")]
+    wl = x["workload"]
+    pa, pb = x["peak_memory_gb"]["allocated"], y["peak_memory_gb"]["allocated"]
+    row = (f"| {x['model']}, LoRA r{wl['lora_rank']}, {wl['prompts_per_step']} × {wl['num_generations']} × "
+           f"{wl['max_new_tokens']} tokens, median of steps {x.get('median_step_window')} "
+           f"| {fmt(x['median_step_s'], '.3f')} | {fmt(y['median_step_s'], '.3f')} "
+           f"| **{fmt(x['median_step_s'] / y['median_step_s'], '.2f')}** | {fmt(pa, '.1f')}, {fmt(pb, '.1f')} |")
+    return [row], []
+
+
+def block(root, a: str = "flex", b: str = "vllm") -> str:
+    """The answer block's body: the newest headline folder under `root`, or a line saying there is none."""
+    found = folders(root)
+    if not found:
+        return f"No headline run is published yet: `snakemake --cores 16 --resources gpu=1 --config profile=headline`."
+    folder = found[-1]
+    man = json.loads((folder / "MANIFEST.json").read_text())
+    limit = _limit(folder)
+    gen, gen_notes = generation_rows(folder, a, b, limit)
+    train, train_notes = train_rows(folder, a, b)
+    share = startup(folder)
+    commits = ", ".join(c[:12] for c in man["git_commits"]) or "not recorded"
+    dirty = " (uncommitted changes)" if True in man["git_dirty"] else ""
+    lines = [
+        f"From [`{folder.name}`](results/published/{folder.name}/) alone: one invocation, `{man['command']}`, at "
+        f"commit {commits}{dirty}, on one {', '.join(man['gpu_names'])} ({', '.join(u[:12] for u in man['gpu_uuids'])})"
+        f", published {man['published_at'][:10]}. Its GPU jobs spent {fmt(share['setup_s'], ',.0f')} s of "
+        f"{fmt(share['wall_s'], ',.0f')} s setting up ({fmt(100 * share['share'], '.0f') if share['share'] else '—'}%: "
+        f"imports, loads, compiles, graph capture, gates and warm-ups).",
+        "",
+        f"| cell | B | {a} tok/s | {b} tok/s | {a} / {b} | time to last completion s: {a}, {b} ({a} / {b}) "
+        f"| {a} GB/s (of copy) | round spread {a}, {b} | peak GB {a}, {b} |",
+        "|---|--:|--:|--:|--:|---|--:|---|---|",
+        *gen,
+        "",
+        f"| GRPO step ({a} rollout against {b} colocated) | {a} s/step | {b} s/step | {a} / {b} "
+        f"| peak alloc GB {a}, {b} |",
+        "|---|--:|--:|--:|---|",
+        *train,
+        "",
+    ]
+    notes = gen_notes + train_notes
+    if notes:
+        lines += ["Cells without a ratio: " + "; ".join(notes) + ".", ""]
+    lines.append(f"tok/s: the median over a cell's timed rounds of its decoded tokens over the round's wall "
+                 f"(5 rounds, each with prompts of its own). GB/s: the weights and K/V {a}'s decode steps must read "
+                 f"over their time, and that as a fraction of the copy rate measured in the same job. Peak GB: "
+                 f"the most the job reserved (vLLM's is its gpu_memory_utilization share). A ratio is shown only "
+                 f"where both sides' rounds spread at most {fmt(100 * limit, '.0f') if limit else '—'}%.")
+    return "\n".join(lines)

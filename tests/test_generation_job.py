@@ -1,0 +1,177 @@
+"""One generation job, one process, one engine: its cells in order, a stats file each, and what it does when a cell
+fails, when the process dies, and with a trace's per-completion budgets."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rollout_bench import generation_job, stats, trace
+from rollout_bench.workload import Sampling
+
+from .conftest import ROOT
+
+BASE = {"lora_rank": 0, "lora_alpha": 0, "num_generations": 1, "sampling": Sampling().to_dict(),
+        "sampling_preset": "greedy", "ignore_eos": True, "max_new_tokens": 4, "n_prompts": 2, "prompt_tokens": [1, 4096],
+        "prompt_offset": 0, "shuffle_seed": 3407, "chat_template": "grpo", "warmup_prompts": 1, "rounds": 2,
+        "max_round_spread": None, "spread_retries": 0, "trace": None, "dataset": "synthetic", "device": "cpu",
+        "dtype": "float32", "options": {}}
+
+
+def cells(tmp_path, dataset, *specs) -> list[generation_job.Cell]:
+    """specs: (case, batch size, workload overrides); each cell's prompts after the ones before it, as config's
+    prompt_offset places them."""
+    out, offset = [], 0
+    for case, bs, over in specs:
+        wl = {**BASE, "case": case, "batch_size": bs, "n_prompts": bs, "prompt_offset": offset, **over}
+        offset += wl["n_prompts"] * wl["rounds"] * (1 + wl["spread_retries"]) + wl["warmup_prompts"]
+        out.append(generation_job.Cell(case, wl, dataset, str(tmp_path / case / f"bs{bs}.json")))
+    return out
+
+
+def test_one_process_serves_several_cells_on_one_engine(tiny_assets, tmp_path, monkeypatch):
+    from rollout_bench.backends import flex
+
+    built = []
+    real = flex.load
+    monkeypatch.setattr(flex, "load", lambda spec: built.append(spec) or real(spec))
+    cs = cells(tmp_path, tiny_assets["dataset"], ("greedy", 2, {}), ("greedy", 4, {}),
+               ("longer", 2, {"max_new_tokens": 6}))
+    job = generation_job.run_group(backend="flex", variant="eager", model="qwen3-tiny", cells=cs,
+                                   model_dir=tiny_assets["model"], adapter_dir=None, out=str(tmp_path / "job.json"))
+    assert len(built) == 1 and built[0].batch_size == 4 and built[0].max_new_tokens == 6  # sized for them all
+    recs = [stats.load(c.out) for c in cs]
+    assert [r["status"] for r in recs] == ["ok"] * 3 and [r["n_decoded_tokens"] for r in recs] == [8, 16, 12]
+    assert all(r["gate"]["passed"] for r in recs)  # gated once, before the first cell
+    # each cell's window starts where the one before ended: set-up then timed rounds, no gap, no overlap
+    assert [r["job"]["index"] for r in recs] == [0, 1, 2] and job == json.loads((tmp_path / "job.json").read_text())
+    assert job["setup_s"] == pytest.approx(sum(c["setup_s"] for c in job["cells"]), abs=1e-3)
+    assert recs[0]["setup_s"] > recs[1]["setup_s"]  # the first pays for load, compile and the gate
+    assert sum(c["wall_s"] for c in job["cells"]) <= job["wall_s"]
+
+
+def test_a_failing_cell_is_recorded_and_the_next_one_runs(tiny_assets, tmp_path, monkeypatch):
+    from rollout_bench import generation
+
+    real = generation.measure_cell
+
+    def flaky(gen, spec, workload, attempts, warmup, cuda):
+        if workload["case"] == "broken":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(gen, spec, workload, attempts, warmup, cuda)
+
+    monkeypatch.setattr(generation, "measure_cell", flaky)
+    cs = cells(tmp_path, tiny_assets["dataset"], ("broken", 2, {}), ("greedy", 2, {}))
+    job = generation_job.run_group(backend="hf_generate", variant="default", model="qwen3-tiny", cells=cs,
+                                   model_dir=tiny_assets["model"], adapter_dir=None, out=str(tmp_path / "job.json"))
+    bad, good = stats.load(cs[0].out), stats.load(cs[1].out)
+    assert bad["status"] == "failed" and "illegal memory access" in bad["reason"] and "decode_tps" not in bad
+    assert good["status"] == "ok" and good["decode_tps"] > 0
+    assert [c["status"] for c in job["cells"]] == ["failed", "ok"]
+
+
+KILLED = """
+import sys, time
+from rollout_bench import generation, generation_job
+real = generation.measure_cell
+def slow(gen, spec, workload, attempts, warmup, cuda):
+    if workload["case"] == "second":
+        print("SECOND", flush=True)
+        time.sleep(120)
+    return real(gen, spec, workload, attempts, warmup, cuda)
+generation.measure_cell = slow
+cells = [generation_job.Cell(**c) for c in {cells}]
+generation_job.run_group(backend="hf_generate", variant="default", model="qwen3-tiny", cells=cells,
+                         model_dir={model!r}, adapter_dir=None, out={job!r})
+"""
+
+
+def test_a_killed_job_leaves_no_file_for_the_cells_it_did_not_finish(tiny_assets, tmp_path):
+    cs = cells(tmp_path, tiny_assets["dataset"], ("first", 2, {}), ("second", 2, {}))
+    code = KILLED.format(cells=[c.__dict__ for c in cs], model=tiny_assets["model"], job=str(tmp_path / "job.json"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "SECOND"  # the first cell is written, the second is running
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert stats.load(cs[0].out)["status"] == "ok"
+    assert not Path(cs[1].out).exists() and not (tmp_path / "job.json").exists()
+    assert not list((tmp_path / "second").glob("*")) if (tmp_path / "second").exists() else True
+
+
+def test_a_trace_gives_every_engine_the_same_budgets(tiny_assets, tmp_path, monkeypatch):
+    """flex decodes each completion's own budget; vLLM (not installed here: a generator that records what it is
+    asked for) is asked for the very same budgets, round by round."""
+    from rollout_bench import backends
+    from rollout_bench.backends import vllm
+
+    shipped = trace.load("qwen3-4b-warm-t1")
+    traced = {"trace": {"name": "qwen3-4b-warm-t1", "quantiles": shipped["quantiles"]}, "max_new_tokens": 400,
+              "num_generations": 2, "sampling": Sampling(temperature=1.0, seed=11).to_dict(), "n_prompts": 2}
+    asked = []
+
+    class Recorder:
+        def generate(self, prompts, n, max_new_tokens=None):
+            asked.append(list(max_new_tokens))
+            return [[5] * m for m in max_new_tokens]
+
+    flex_cells = cells(tmp_path / "flex", tiny_assets["dataset"], ("rollout", 4, traced))
+    vllm_cells = cells(tmp_path / "vllm", tiny_assets["dataset"], ("rollout", 4, traced))
+    real_unavailable = backends.unavailable
+    monkeypatch.setattr(backends, "unavailable",
+                        lambda name, *a, **k: None if name == "vllm" else real_unavailable(name, *a, **k))
+    monkeypatch.setattr(vllm, "load", lambda spec: Recorder())
+    for backend, variant, cs in (("flex", "eager", flex_cells), ("vllm", "default", vllm_cells)):
+        generation_job.run_group(backend=backend, variant=variant, model="qwen3-tiny", cells=cs,
+                                 model_dir=tiny_assets["model"], adapter_dir=None)
+    f, v = stats.load(flex_cells[0].out), stats.load(vllm_cells[0].out)
+    assert f["status"] == v["status"] == "ok"
+    assert [r["budgets"] for r in f["rounds"]] == [r["budgets"] for r in v["rounds"]]
+    # the warm-up (one prompt x 2), then the two rounds (2 prompts x 2), each its own draw
+    want = [trace.lengths(traced["trace"], k, 11, d) for k, d in ((2, 0), (4, 1), (4, 2))]
+    assert asked == want and len(set(map(tuple, want))) == 3  # each round its own draw
+    assert f["n_decoded_tokens"] == round((sum(want[1]) + sum(want[2])) / 2)  # flex decoded exactly those
+    assert f["completions"]["completion_tokens"]["max"] == max(want[2])
+
+
+def test_a_backend_with_one_budget_a_call_skips_a_trace_case(tiny_assets, tmp_path):
+    traced = {"trace": {"name": "t", "quantiles": {"0.5": 3, "1.0": 5}}, "max_new_tokens": 5}
+    cs = cells(tmp_path, tiny_assets["dataset"], ("rollout", 2, traced), ("greedy", 2, {}))
+    generation_job.run_group(backend="hf_generate", variant="default", model="qwen3-tiny", cells=cs,
+                             model_dir=tiny_assets["model"], adapter_dir=None)
+    skipped, ran = stats.load(cs[0].out), stats.load(cs[1].out)
+    assert skipped["status"] == "skipped" and "budget of its own" in skipped["reason"]
+    assert ran["status"] == "ok"
+
+
+def test_a_cell_whose_rounds_spread_is_measured_again_with_fresh_prompts(tmp_path, tiny_assets, monkeypatch):
+    from rollout_bench import backends
+    from rollout_bench.backends import vllm
+
+    walls = iter([0.01, 0.05, 0.02, 0.02, 0.02])  # warm-up, a 5x spread, then two even rounds
+    sent = []
+
+    class Uneven:
+        def generate(self, prompts, n):
+            sent.append([tuple(p) for p in prompts])
+            time.sleep(next(walls))
+            return [[7] * 4 for _ in prompts for _ in range(n)]
+
+    monkeypatch.setattr(backends, "unavailable", lambda *a, **k: None)
+    monkeypatch.setattr(vllm, "load", lambda spec: Uneven())
+    cs = cells(tmp_path, tiny_assets["dataset"], ("greedy", 2, {"max_round_spread": 0.5, "spread_retries": 1}))
+    generation_job.run_group(backend="vllm", variant="default", model="qwen3-tiny", cells=cs,
+                             model_dir=tiny_assets["model"], adapter_dir=None)
+    rec = stats.load(cs[0].out)
+    assert rec["status"] == "ok" and len(rec["attempts"]) == 2 and rec["attempts"][0]["round_spread"] > 0.5
+    assert rec["round_spread"] == rec["attempts"][1]["round_spread"] < 0.5 and rec["spread_ok"]
+    assert rec["timed_s"] == pytest.approx(sum(r["wall_s"] for a in rec["attempts"] for r in a["rounds"]), abs=1e-3)
+    flat = sum(sent, [])
+    assert len(set(flat)) == len(flat) == 2 * 5 - 1  # the re-measure sent prompts of its own (warm-up: one)

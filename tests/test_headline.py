@@ -1,0 +1,80 @@
+"""The README's answer: the newest headline run alone, its pairs' ratios only where both sides' rounds held still."""
+import copy
+import json
+
+from rollout_bench import headline, publish
+
+from .conftest import ROOT
+
+GEN = ROOT / "results/published/h200-2026-12-04-session16/runs/generate/qwen3-4b"
+TRAIN = ROOT / "results/published/h200-2026-12-03-session12/learn/train/qwen3-small-warm"
+
+
+def _cell(res, backend, case, bs, tps, walls, uuid="GPU-a", commit="c0ffee", lora=0):
+    rec = json.loads((GEN / {"flex": "flex/graphs", "vllm": "vllm/default"}[backend] / "sweep/bs8.json").read_text())
+    rec = copy.deepcopy(rec)
+    rec.update(case=case, decode_tps=tps, rounds=[{"wall_s": w, "decoded_tokens": 100, "prompt_tokens": 10}
+                                                    for w in walls])
+    rec["workload"].update(case=case, batch_size=bs, lora_rank=lora)
+    rec["env"].update(gpu_uuids=[uuid], git_commit=commit, git_dirty=False)
+    out = res / "generate/qwen3-4b" / backend / rec["variant"] / case / f"bs{bs}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rec))
+
+
+def _train(res, backend, step):
+    rec = json.loads(next(TRAIN.glob("flex/*.json")).read_text())
+    rec.update(backend=backend, median_step_s=step, setup_s=30.0, wall_s=100.0, model="qwen3-4b")
+    rec["workload"]["frozen"] = False
+    out = res / "train/qwen3-4b" / backend / "steps12-seed3407.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rec))
+
+
+def _job(res, backend, setup, wall):
+    out = res / "generate/qwen3-4b" / backend / "x" / "job-base.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"kind": "generate_job", "setup_s": setup, "wall_s": wall,
+                               "cells": [{"setup_s": setup, "timed_s": wall - setup}]}))
+
+
+def _run(tmp_path, name, profile="headline", flex_walls=(1.0, 1.01, 1.02)):
+    res = tmp_path / name / "results"
+    _cell(res, "flex", "greedy", 8, 3000.0, flex_walls)
+    _cell(res, "vllm", "greedy", 8, 2000.0, (1.0, 1.0, 1.03))
+    _cell(res, "flex", "greedy", 64, 9000.0, (1.0, 1.2, 1.0))  # spread 20%: no ratio
+    _cell(res, "vllm", "greedy", 64, 10000.0, (1.0, 1.0, 1.0))
+    _cell(res, "flex", "lora", 64, 8000.0, (1.0, 1.0, 1.0), lora=32)
+    _train(res, "flex", 2.0)
+    _train(res, "vllm", 4.0)
+    _job(res, "flex", 10.0, 50.0)
+    _job(res, "vllm", 30.0, 70.0)
+    cfg = tmp_path / name / "config.yaml"
+    cfg.write_text(f"profile: {profile}\nworkload: {{max_round_spread: 0.05}}\n")
+    return publish.publish(name, "snakemake --cores 16 --resources gpu=1 --config profile=headline", str(cfg),
+                           results=str(res))
+
+
+def test_the_answer_is_the_newest_headline_run_alone(tmp_path):
+    root = tmp_path / "a" / "results" / "published"
+    assert "No headline run is published yet" in headline.block(root)
+    _run(tmp_path, "a")
+    text = headline.block(root)
+    assert "`snakemake --cores 16 --resources gpu=1 --config profile=headline`" in text and "c0ffee" in text
+    rows = {line.split("|")[1].strip() + " " + line.split("|")[2].strip(): line for line in text.splitlines()
+            if line.startswith("| greedy") or line.startswith("| lora")}
+    assert "**1.50**" in rows["greedy: greedy 8"]  # 3000 / 2000
+    assert "| — |" in rows["greedy: greedy 64"]  # flex's rounds spread 20% > 5%: no ratio, and it says why
+    assert "greedy: greedy, B = 64: no ratio, rounds spread flex 20%" in text
+    assert "lora: LoRA r32 greedy, B = 64: flex ok, vllm not run" in text  # one side only: named, not compared
+    assert "**0.50**" in text  # GRPO: 2.0 s a step against 4.0
+    # start-up: the generation jobs' and GRPO runs' set-up over their walls: (10 + 30 + 30 + 30) / (50 + 70 + 200)
+    assert "100 s of 320 s setting up (31%" in text
+
+
+def test_other_profiles_never_make_the_answer(tmp_path):
+    root = tmp_path / "pub"
+    root.mkdir()
+    gpu = _run(tmp_path, "b", profile="gpu")
+    gpu.rename(root / gpu.name)
+    assert headline.folders(root) == [] and "No headline run" in headline.block(root)

@@ -1,0 +1,10 @@
+#!/bin/bash
+# poll.sh SECONDS [MARK]: wait up to SECONDS for MARK (default DONE) in the plan's log, then show where things
+# stand and pack: the machine goes back soon after a call returns, and a budget that runs out keeps the last pack.
+end=$((SECONDS + ${1:-60}))
+while [ $SECONDS -lt $end ] && ! grep -q "${2:-DONE}" /tmp/bg.log 2>/dev/null; do sleep 5; done
+cat /tmp/bg.log; tail -3 /tmp/smoke.log 2>/dev/null; tail -2 /tmp/pytest_gpu.log 2>/dev/null
+grep -h "Finished job\|Error in rule" /tmp/headline.log 2>/dev/null | tail -4
+nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+bash "$(dirname "$0")/pack.sh"
+true
