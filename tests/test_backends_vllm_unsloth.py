@@ -61,8 +61,10 @@ def test_reason_when_installed_but_broken_or_no_gpu(monkeypatch, mod, name):
     monkeypatch.setitem(sys.modules, name, None)  # `import name` raises ImportError
     for k in list(vb.ENV) + list(us.ENV):
         monkeypatch.delenv(k, raising=False)
-    reason = mod.unavailable("default", 1)
-    assert f"{name} 9.9 is installed but does not import (" in reason and f"envs/{name}.yaml" in reason
+    # installed but broken is a failure with its cause, never a skip (only what is absent by design skips)
+    with pytest.raises(backends.BrokenBackend) as e:
+        mod.unavailable("default", 1)
+    assert f"{name} 9.9 is installed but does not import (" in str(e.value) and f"envs/{name}.yaml" in str(e.value)
     env = vb.ENV if mod is vb else us.ENV
     assert all(os.environ[k] == v for k, v in env.items())  # set before the import
 
@@ -370,3 +372,10 @@ def test_note_unsloth_attention_still_bypasses_the_paged_interface():
     assert "run_attention(" in body and "_attn_implementation" not in body and "paged" not in body.replace(
         "paged_attention", "")
     assert "generate_batch" not in Path(us.__file__).read_text()
+
+
+def test_an_import_error_of_the_projects_own_engine_fails_a_grpo_job_instead_of_skipping_it(monkeypatch):
+    """GRPO's flex rollout is the project's own code: a broken engine is a failure with its traceback."""
+    monkeypatch.setitem(sys.modules, "rollout_bench.engine", None)  # `import rollout_bench.engine` raises
+    with pytest.raises(ImportError):
+        availability.unavailable("flex", 1)

@@ -35,6 +35,11 @@ from .. import envinfo
 NAMES = ("hf_generate", "hf_static", "transformers_cb", "cb_sync", "flex", "vllm", "unsloth")
 
 
+class BrokenBackend(RuntimeError):
+    """A backend's package is installed but does not import: the job fails with the cause, it is not `skipped`
+    (a skip is for what is absent by design: a package not installed, no GPU, a model it cannot run)."""
+
+
 def module(name: str):
     assert name in NAMES, name
     return importlib.import_module(f"{__name__}.{name}")

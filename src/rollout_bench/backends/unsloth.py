@@ -27,12 +27,14 @@ INSTALL = ("install the 'unsloth' group: conda env envs/unsloth.yaml, or offline
 def unavailable(variant, gpu_count):
     if variant == "4bit" and envinfo.version("bitsandbytes") is None:
         return f"package(s) bitsandbytes not installed; {INSTALL}"
+    from . import BrokenBackend
+
     _set_env()
     try:
         import unsloth  # noqa: F401  (first, before transformers is patched by anything else)
-    except Exception as e:  # NotImplementedError without a GPU, ImportError on version caps, ...
-        return (f"unsloth {envinfo.version('unsloth')} is installed but does not import "
-                f"({type(e).__name__}: {str(e).strip()[:300]}); {INSTALL}")
+    except Exception as e:  # ImportError on version caps, CUDA libraries, ...: a failure, not a skip
+        raise BrokenBackend(f"unsloth {envinfo.version('unsloth')} is installed but does not import "
+                            f"({type(e).__name__}: {str(e).strip()[:300]}); {INSTALL}") from e
     if variant == "4bit":
         try:
             import bitsandbytes  # noqa: F401

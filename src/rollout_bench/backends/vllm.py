@@ -28,11 +28,15 @@ INSTALL = ("install the 'vllm' group: conda env envs/vllm.yaml, or offline "
 
 
 def unavailable(variant, gpu_count):
+    """None: vLLM imports. An installed vLLM that does not import is no skip but a failure (BrokenBackend)."""
+    from . import BrokenBackend
+
     os.environ.update({k: os.environ.get(k, v) for k, v in ENV.items()})
     try:
         import vllm  # noqa: F401
     except Exception as e:  # a broken install fails in many ways (ABI, CUDA libs, pins)
-        return f"vllm {envinfo.version('vllm')} is installed but does not import ({type(e).__name__}: {e}); {INSTALL}"
+        raise BrokenBackend(f"vllm {envinfo.version('vllm')} is installed but does not import "
+                            f"({type(e).__name__}: {e}); {INSTALL}") from e
     return None
 
 
