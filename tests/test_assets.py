@@ -56,6 +56,13 @@ def test_prompt_selection_window_and_determinism(tiny_assets):
     msg = str(e.value)
     assert "case 'sweep' at batch size 8 sends 26 distinct prompts" in msg and "workload.rounds=3" in msg
     assert "dataset 'synthetic'" in msg and "dataset.n_problems" in msg
+    # a later cell of the same engine starts after the earlier one's prompts; sets of rounds each their own
+    later, warm = prompts.select(tok, {**wl, "prompt_offset": 26, "rounds": 2}, tiny_assets["dataset"], sets=2)
+    assert len(later) == 2 and [len(r) for r in later[1]] == [8, 8] and len(warm) == 2
+    fresh = [tuple(p) for p in sum(sum(later, []), warm)]
+    assert len(set(fresh)) == len(fresh) == 34 and not set(fresh) & set(sent)
+    whole, _ = prompts.select(tok, {**wl, "rounds": 1, "n_prompts": 60, "warmup_prompts": 0}, tiny_assets["dataset"])
+    assert [tuple(p) for p in whole[0][26:34]] == [tuple(p) for p in later[0][0]]
 
 
 def test_model_dir_loads_with_normal_loader_and_is_seeded(tiny_assets, tmp_path):

@@ -449,3 +449,35 @@ def test_grpo_speed_configfile_is_the_4b_step_time_pair(raw):
     assert wl["dataset"] != "learnable" and wl["learning_rate"] == 5.0e-6
     paths = {j.path for j in config.train_jobs(cfg)}
     assert {f"results/train/qwen3-4b/{b}/steps30-seed3407.json" for b in ("flex", "vllm")} <= paths
+
+
+def test_the_headline_profile_is_one_job_an_engine_and_no_prompt_twice(raw):
+    cfg = config.resolve({**raw, "profile": "headline"})
+    groups = {g.key: g for g in config.gen_groups(cfg)}
+    assert set(groups) == {f"qwen3-4b/{b}/{lora}" for b in ("flex/graphs", "vllm/default") for lora in ("base", "lora")}
+    base = groups["qwen3-4b/flex/graphs/base"]
+    assert [(c.case, c.batch_size) for c in base.cells] == [("greedy", 1), ("greedy", 8), ("greedy", 64),
+                                                           ("greedy", 256), ("rollout", 256)]
+    # every cell's prompts start after the ones before it, the same offsets for both backends
+    spans = []
+    for c in base.cells:
+        wl = {b: config.job_workload(cfg, c.model, b, c.case, c.batch_size) for b in ("flex", "vllm")}
+        assert wl["flex"]["prompt_offset"] == wl["vllm"]["prompt_offset"]
+        spans.append((wl["flex"]["prompt_offset"], config.prompts_needed(cfg, c.case, c.batch_size)[2]))
+    assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:])) and spans[0][0] == 0
+    assert sum(spans[-1]) <= cfg["dataset"]["n_problems"] * 0.95  # the synthetic set keeps ~99% in the window
+    rollout = config.job_workload(cfg, "qwen3-4b", "vllm", "rollout", 256)
+    assert rollout["n_prompts"] == 64 and rollout["num_generations"] == 8 and rollout["trace"]["name"]
+    assert rollout["max_new_tokens"] == 382 and rollout["ignore_eos"] and rollout["max_round_spread"] == 0.05
+    assert config.compare_paths(cfg) == [] and config.band_paths(cfg) == []  # step time only
+    assert {j.backend for j in config.train_jobs(cfg)} == {"flex", "vllm"}
+
+
+def test_a_trace_case_must_ignore_eos_and_an_unknown_options_backend_is_refused(raw):
+    with pytest.raises(ConfigError, match=r"workload\.cases\.t\.ignore_eos: a trace case"):
+        resolve_with(raw, profiles__cpu__workload__cases={"t": {"batch_sizes": [4], "trace": "qwen3-4b-warm-t1",
+                                                                "ignore_eos": False}})
+    with pytest.raises(ConfigError, match=r"workload\.cases\.t\.trace: no trace 'nope'"):
+        resolve_with(raw, profiles__cpu__workload__cases={"t": {"batch_sizes": [4], "trace": "nope"}})
+    with pytest.raises(ConfigError, match=r"options\.flexx: unknown backend \(allowed: hf_generate"):
+        resolve_with(raw, options={"flexx": {"a": 1}})

@@ -185,9 +185,9 @@ def test_gpu_budget_checked_before_any_job(workdir):
     let it through); a dry run shows the plan on any machine, with its GPU-time estimate."""
     env = {"ROLLOUT_BENCH_GPU_COUNT": "8"}
     target = "results/assets/tokenizer"
-    r = snakemake(workdir, "--cores", "8", "--config", "profile=gpu", target, env=env, check=False)
+    r = snakemake(workdir, target, "--cores", "8", "--config", "profile=gpu", env=env, check=False)
     assert r.returncode != 0 and "--resources gpu=8" in r.stdout + r.stderr
-    r = snakemake(workdir, "--cores", "8", "--resources", "gpu=16", "--config", "profile=gpu", target, env=env,
+    r = snakemake(workdir, target, "--cores", "8", "--resources", "gpu=16", "--config", "profile=gpu", env=env,
                   check=False)
     assert r.returncode != 0 and "only 8 GPU" in r.stdout + r.stderr
     for dry in (["-n"], ["-n", "--resources", "gpu=8"]):  # no GPU, or none said: the plan all the same

@@ -1,4 +1,6 @@
 """Pick the workload's prompts: shuffle by seed, chat template, keep a token-length window."""
+import itertools
+
 from . import chat, dataset
 
 
@@ -18,6 +20,36 @@ def encode(tok, problem: str) -> list[int]:
                                         tokenize=True, return_dict=False))
 
 
+class _Pool:
+    """A dataset's prompts after the shuffle, encoded, in a token window: encoded once a process, as far as asked
+    (a job's cells each start further in). It holds its tokenizer, so no other one can take the id it is keyed by."""
+
+    def __init__(self, tok, dataset_dir: str, seed: int, lo: int, hi: int):
+        self.tok, self.lo, self.hi = tok, lo, hi
+        self.rest = iter(dataset.load(dataset_dir).shuffle(seed=seed)["prompt"])
+        self.kept: list[list[int]] = []
+
+    def first(self, k: int) -> list[list[int]]:
+        for problem in self.rest:
+            if len(self.kept) >= k:
+                self.rest = itertools.chain([problem], self.rest)  # not taken: it stays first in line
+                break
+            ids = encode(self.tok, problem)
+            if self.lo <= len(ids) <= self.hi:
+                self.kept.append(ids)
+        return self.kept[:k]
+
+
+_POOLS: dict[tuple, _Pool] = {}
+
+
+def _pool(tok, dataset_dir: str, seed: int, lo: int, hi: int) -> _Pool:
+    key = (id(tok), str(dataset_dir), seed, lo, hi)
+    if key not in _POOLS:
+        _POOLS[key] = _Pool(tok, dataset_dir, seed, lo, hi)
+    return _POOLS[key]
+
+
 def select(tok, workload: dict, dataset_dir: str, sets: int | None = None):
     """(each timed round's prompts, warm-up prompts): after the shuffle, the prompts in the length window from
     workload.prompt_offset on (the prompts of the cells before this one: config.prompt_offset), n_prompts a round
@@ -29,16 +61,8 @@ def select(tok, workload: dict, dataset_dir: str, sets: int | None = None):
     n, rounds, n_warm = workload["n_prompts"], workload["rounds"], workload["warmup_prompts"]
     skip = workload.get("prompt_offset", 0)
     need = n * rounds * (sets or 1) + n_warm
-    ds = dataset.load(dataset_dir).shuffle(seed=workload["shuffle_seed"])
-    picked, seen = [], 0
-    for problem in ds["prompt"]:
-        ids = encode(tok, problem)
-        if lo <= len(ids) <= hi:
-            seen += 1
-            if seen > skip:
-                picked.append(ids)
-                if len(picked) == need:
-                    break
+    eligible = _pool(tok, dataset_dir, workload["shuffle_seed"], lo, hi).first(skip + need)
+    picked, seen = eligible[skip:], len(eligible)
     if len(picked) < need:
         job = f"case {workload['case']!r} at batch size {workload['batch_size']}" if "case" in workload else "the job"
         raise ValueError(
