@@ -71,8 +71,8 @@ GPU_JOB_THREADS = max(1, _cores // max(1, _gpu_budget or 1)) if GPU_PER_JOB else
 _LEASE = (f"python -m rollout_bench.gpu_lease --gpus {GPU_PER_JOB} --lock-dir {CFG['gpu']['lock_dir']} "
           f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}"
           f"{'' if CFG['gpu']['pin_cpus'] else '--no-pin-cpus '}")
-LEASE = _LEASE + "--job {output} "
-LEASE_JOB = _LEASE + "--job {output.job} "  # a generation job: its record names it in the lease log
+LEASE = f"{_LEASE}--job {{output}} "
+LEASE_JOB = f"{_LEASE}--job {{output.job}} "  # a generation job: its record names it in the lease log
 
 
 def gpu_slots_of(backend, options):

@@ -19,8 +19,8 @@ for _g in GEN_GROUPS:
             cells=group_cells(_g),
             # re-evaluates a `skipped` result when what decides it changes (packages, GPUs)
             probe=rb_backends.fingerprint(_g.backend),
-            model_dir=model_dir(_g.model_slug),
-            adapter=lora_dir(_g.model_slug) if _g.lora else "",
+            model_dir=lambda wc, g=_g: model_dir(g.model_slug),
+            adapter=lambda wc, g=_g: lora_dir(g.model_slug) if g.lora else "",
             pin=",".join(map(str, CFG["gpu"]["pin"].get(_g.backend, []))),
             alone=lease_alone_of(_g.backend, CFG["options"].get(_g.backend, {})),
             cache=CFG["cache_dir"] or "",
