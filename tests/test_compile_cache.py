@@ -7,10 +7,11 @@ from rollout_bench import compile_cache, envinfo, plan, trace
 def test_caches_point_under_cache_dir_and_say_cold_then_warm(tmp_path):
     env = {}
     info = compile_cache.use(str(tmp_path / "c"), environ=env)
-    assert info["state"] == "cold" and env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "c/inductor")
+    assert set(info["state"].values()) == {"cold"} and env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "c/inductor")
     assert set(env) == set(compile_cache.VARS) and env["VLLM_CACHE_ROOT"].endswith("/vllm")
     (tmp_path / "c/triton/k.cubin").write_text("x")
-    assert compile_cache.use(str(tmp_path / "c"), environ={})["state"] == "warm"
+    warm = compile_cache.use(str(tmp_path / "c"), environ={})["state"]
+    assert warm == {"TORCHINDUCTOR_CACHE_DIR": "cold", "TRITON_CACHE_DIR": "warm", "VLLM_CACHE_ROOT": "cold"}
     mine = {"TRITON_CACHE_DIR": str(tmp_path / "mine")}
     assert compile_cache.use(str(tmp_path / "c"), environ=mine)["dirs"]["TRITON_CACHE_DIR"] == str(tmp_path / "mine")
     assert compile_cache.use(None, environ={}) == {"dir": None, "state": "default"}

@@ -50,7 +50,8 @@ def _run(tmp_path, name, profile="headline", flex_walls=(1.0, 1.01, 1.02)):
     _job(res, "flex", 10.0, 50.0)
     _job(res, "vllm", 30.0, 70.0)
     cfg = tmp_path / name / "config.yaml"
-    cfg.write_text(f"profile: {profile}\nworkload: {{max_round_spread: 0.05}}\n")
+    cfg.write_text(f"profile: {profile}\ntrain_backends: [flex, vllm]\nworkload: {{max_round_spread: 0.05, cases: "
+                   f"{{greedy: {{batch_sizes: [8, 64]}}, lora: {{batch_sizes: [8, 64]}}}}}}\n")
     return publish.publish(name, "snakemake --cores 16 --resources gpu=1 --config profile=headline", str(cfg),
                            results=str(res))
 
@@ -63,10 +64,12 @@ def test_the_answer_is_the_newest_headline_run_alone(tmp_path):
     assert "`snakemake --cores 16 --resources gpu=1 --config profile=headline`" in text and "c0ffee" in text
     rows = {line.split("|")[1].strip() + " " + line.split("|")[2].strip(): line for line in text.splitlines()
             if line.startswith("| greedy") or line.startswith("| lora")}
-    assert "**1.50**" in rows["greedy: greedy 8"]  # 3000 / 2000
-    assert "| — |" in rows["greedy: greedy 64"]  # flex's rounds spread 20% > 5%: no ratio, and it says why
-    assert "greedy: greedy, B = 64: no ratio, rounds spread flex 20%" in text
-    assert "lora: LoRA r32 greedy, B = 64: flex ok, vllm not run" in text  # one side only: named, not compared
+    assert list(rows) == ["greedy 8", "greedy 64"]  # the config's order
+    assert "**1.50**" in rows["greedy 8"]  # 3000 / 2000
+    assert "| — |" in rows["greedy 64"]  # flex's rounds spread 20% > 5%: no ratio, and it says why
+    assert "greedy, B = 64: no ratio, rounds spread flex 20%" in text
+    assert "lora (LoRA r32), B = 64: flex ok, vllm not run" in text  # one side only: named, not compared
+    assert "not run by either: lora B = 8" in text and "This run did not finish" in text
     assert "**0.50**" in text  # GRPO: 2.0 s a step against 4.0
     # start-up: the generation jobs' and GRPO runs' set-up over their walls: (10 + 30 + 30 + 30) / (50 + 70 + 200)
     assert "100 s of 320 s setting up (31%" in text

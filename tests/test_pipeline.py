@@ -134,6 +134,22 @@ def test_second_run_has_nothing_to_do(workdir):
     assert "Nothing to be done" in r.stdout + r.stderr
 
 
+def test_a_corrupt_stats_file_reruns_its_job_when_only_a_table_is_asked_for(workdir):
+    """The summary made from a truncated stats file goes with it, so a run that targets the tables reruns that job in
+    the same invocation: never a table out of step with the files."""
+    from rollout_bench import stats
+
+    path = workdir / "results/generate/qwen3-tiny/hf_generate/default/greedy/bs4.json"
+    path.write_text(path.read_text()[:100])
+    r = snakemake(workdir, "--cores", "2", "results/summary/generate.csv", "results/tables/generate.md")
+    out = r.stdout + r.stderr
+    assert "moved to" in out and "removed results/summary/generate.csv, made from it" in out
+    assert "Nothing to be done" not in out and stats.load(path)["status"] == "ok"
+    assert str(path.relative_to(workdir)) in (workdir / "results/summary/generate.csv").read_text()
+    for f in path.parent.glob("*.corrupt"):
+        f.unlink()
+
+
 def _edit(path: Path):
     path.write_text(path.read_text() + "\n# touched by test_pipeline\n")
 

@@ -74,6 +74,13 @@ def _render(a):
     render.save_chart(render.tps_vs_memory(df), a.chart_memory_html, a.chart_memory_svg)
 
 
+def _trace(a):
+    from . import trace
+    t = trace.from_stats(a.stats, Path(a.out).stem)
+    trace.write(t, a.out)
+    print(json.dumps(t["quantiles"]))
+
+
 def _publish(a):
     import tempfile
 
@@ -155,6 +162,11 @@ def add_commands(sub) -> None:
     p.add_argument("--profile", default="", help="publish the config resolved for this profile (the run's own)")
     p.add_argument("--results", default="results", help="the run's results folder")
     p.set_defaults(fn=_publish)
+
+    p = sub.add_parser("trace", help="a published run's completion lengths -> a trace file (config/traces/NAME.json)")
+    p.add_argument("stats", help="an ok generation stats file with completions")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=_trace)
 
     p = sub.add_parser("check-config", help="validate and resolve a config file")
     p.add_argument("config", nargs="?", default="config/config.yaml")

@@ -18,8 +18,8 @@ def files_under(paths) -> int:
 
 def use(cache_dir: str | None, environ=os.environ) -> dict:
     """Set the libraries' cache variables under `cache_dir` -> what the job's stats record: the directories, the
-    files in them at the job's start, and `state`: warm (something cached) or cold; `default` where no cache_dir
-    is configured (each library's own default then)."""
+    files in each at the job's start, and each one's `state`: warm (something cached) or cold; `default` where no
+    cache_dir is configured (each library's own default then)."""
     if not cache_dir:
         return {"dir": None, "state": "default"}
     root = Path(cache_dir).resolve()
@@ -28,8 +28,10 @@ def use(cache_dir: str | None, environ=os.environ) -> dict:
         environ.setdefault(var, str(root / sub))
         dirs[var] = environ[var]
         Path(dirs[var]).mkdir(parents=True, exist_ok=True)
-    n = files_under(dirs.values())
-    return {"dir": str(root), "dirs": dirs, "files_at_start": n, "state": "warm" if n else "cold"}
+    # per library: a vLLM job finds flex's Inductor kernels under the same root, which do not warm its own start
+    files = {var: files_under([d]) for var, d in dirs.items()}
+    return {"dir": str(root), "dirs": dirs, "files_at_start": files,
+            "state": {var: "warm" if n else "cold" for var, n in files.items()}}
 
 
 def snapshot(environ=os.environ) -> dict:

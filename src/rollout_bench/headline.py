@@ -64,10 +64,23 @@ def _side(df: pd.DataFrame, backend: str, key: tuple) -> pd.Series | None:
 
 
 def _cell_name(r: pd.Series) -> str:
-    if r.get("trace") and isinstance(r.trace, str):
-        return f"{r.case}: trace {r.trace}, {r.n_prompts} prompts × {r.num_generations}"
-    lora = f"LoRA r{r.lora_rank} " if r.lora_rank else ""
-    return f"{r.case}: {lora}{r.sampling}"
+    """The case, and what sets it apart: its LoRA rank, its sampling where not greedy, the trace it replays."""
+    extra = [f"LoRA r{r.lora_rank}"] if r.lora_rank else []
+    if r.sampling != "greedy":
+        extra.append(f"sampling {r.sampling}")
+    if isinstance(r.get("trace"), str):
+        extra.append(f"trace {r.trace}, {r.n_prompts} prompts × {r.num_generations}")
+    return f"{r.case} ({', '.join(extra)})" if extra else r.case
+
+
+def expected(folder: Path) -> tuple[list[tuple[str, int]], list[str]]:
+    """The generation cells (case, batch) and training backends the run's config asked for."""
+    import yaml
+
+    cfg = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+    cases = (cfg.get("workload") or {}).get("cases") or {}
+    return ([(name, bs) for name, c in cases.items() for bs in c.get("batch_sizes", [])],
+            list(cfg.get("train_backends") or []))
 
 
 def generation_rows(folder: Path, a: str, b: str, limit: float | None) -> tuple[list[str], list[str]]:
@@ -75,7 +88,10 @@ def generation_rows(folder: Path, a: str, b: str, limit: float | None) -> tuple[
     df = aggregate.generation_frame([str(p) for p, _ in _records(folder, "generate")])
     df = df.assign(peak_gb=peak_gb)
     rows, notes = [], []
-    for key in dict.fromkeys(zip(df.case, df.batch_size)):
+    asked = expected(folder)[0]
+    ran = sorted(set(zip(df.case, df.batch_size.astype(int))), key=lambda k: (
+        asked.index(k) if k in asked else len(asked), k))
+    for key in ran:
         x, y = _side(df, a, key), _side(df, b, key)
         first = x if x is not None else y
         name = _cell_name(first)
@@ -87,16 +103,20 @@ def generation_rows(folder: Path, a: str, b: str, limit: float | None) -> tuple[
             continue
         spread_bad = [s for s in (x, y) if limit is not None and s.round_spread > limit]
         ratio = f"**{fmt(x.decode_tps / y.decode_tps, '.2f')}**"
+        last_ratio = f"**{fmt(x.time_to_last_s / y.time_to_last_s, '.2f')}**"
         if spread_bad:
-            ratio = "—"
+            ratio = last_ratio = "—"
             notes.append(f"{name}, B = {key[1]}: no ratio, rounds spread "
                          + ", ".join(f"{s.backend} {100 * s.round_spread:.0f}%" for s in spread_bad)
                          + f" (over {100 * limit:.0f}% after the job's re-measure)")
-        last = f"{fmt(x.time_to_last_s, '.2f')}, {fmt(y.time_to_last_s, '.2f')} ({fmt(x.time_to_last_s / y.time_to_last_s, '.2f')})"
+        last = f"{fmt(x.time_to_last_s, '.2f')}, {fmt(y.time_to_last_s, '.2f')} ({last_ratio})"
         rows.append(f"| {name} | {key[1]} | {fmt(x.decode_tps)} | {fmt(y.decode_tps)} | {ratio} | {last} "
                     f"| {bandwidth(x.decode_gb_per_s, x.of_copy_rate)} "
                     f"| {100 * x.round_spread:.1f}%, {100 * y.round_spread:.1f}% "
                     f"| {fmt(x.peak_gb, '.0f')}, {fmt(y.peak_gb, '.0f')} |")
+    never = [k for k in asked if k not in ran]
+    if never:
+        notes.append("not run by either: " + ", ".join(f"{c} B = {bs}" for c, bs in never))
     return rows, notes
 
 
@@ -141,15 +161,15 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
         "|---|--:|--:|--:|--:|---|--:|---|---|",
         *gen,
         "",
-        f"| GRPO step ({a} rollout against {b} colocated) | {a} s/step | {b} s/step | {a} / {b} "
-        f"| peak alloc GB {a}, {b} |",
-        "|---|--:|--:|--:|---|",
-        *train,
-        "",
+        *([f"| GRPO step ({a} rollout against {b} colocated) | {a} s/step | {b} s/step | {a} / {b} "
+           f"| peak alloc GB {a}, {b} |", "|---|--:|--:|--:|---|", *train, ""] if train else []),
     ]
     notes = gen_notes + train_notes
     if notes:
         lines += ["Cells without a ratio: " + "; ".join(notes) + ".", ""]
+    if any(n.endswith("not run") or "not run by either" in n or "not run," in n for n in notes):
+        lines += [f"This run did not finish: the cells and GRPO steps named above as not run are missing from its "
+                  f"folder (its README says why); the set-up share covers the jobs that finished.", ""]
     lines.append(f"tok/s: the median over a cell's timed rounds of its decoded tokens over the round's wall "
                  f"(5 rounds, each with prompts of its own). GB/s: the weights and K/V {a}'s decode steps must read "
                  f"over their time, and that as a fraction of the copy rate measured in the same job. Peak GB: "

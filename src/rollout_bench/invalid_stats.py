@@ -32,7 +32,7 @@ def set_aside(paths, readers=lambda path: []) -> list[str]:
             for r in gone:
                 os.remove(r)
             moved.append(f"{path}: {e.why}; moved to {dest}, so its job reruns"
-                         + (f" (and {', '.join(gone)}, made from it, are made again)" if gone else ""))
+                         + (f"; removed {', '.join(gone)}, made from it, so that it is made again" if gone else ""))
         except OSError as e:  # unreadable: the job that writes it will say so, the DAG can still be built
             moved.append(f"{path}: cannot be read ({e}); left in place")
     return moved

@@ -81,11 +81,17 @@ def from_stats(stats_path: str, name: str) -> dict:
         "name": name,
         "description": "completion lengths of one published rollout (EOS on): quantiles of the last timed round's "
                        "completions; lengths are drawn linear between them, flat below the lowest",
-        "source": {"stats": str(stats_path), "model": rec["model"], "backend": rec["backend"], "case": rec["case"],
+        "source": {"stats": _rel(stats_path), "model": rec["model"], "backend": rec["backend"], "case": rec["case"],
                    "batch_size": rec.get("batch_size"), "started_at": rec["started_at"],
                    "mean": tokens.get("mean")},
         "quantiles": {str(q): float(tokens[k]) for k, q in QUANTILES},
     }
+
+
+def _rel(p) -> str:
+    """A path under the checkout as the checkout names it (the trace file is committed)."""
+    p = Path(p).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
 
 
 def write(trace: dict, out) -> None:
