@@ -55,13 +55,13 @@ def test_save_chart_writes_html_that_loads_no_remote_script_svg_and_png(tmp_path
 
 
 def test_headline_charts_are_self_contained_with_a_png_each():
-    """The README's charts: every HTML draws offline and every SVG has its PNG."""
+    """The published results' charts (docs/results.md): every HTML draws offline and every SVG has its PNG."""
     htmls = sorted(HEADLINE.glob("*.html"))
     assert [p.stem for p in htmls] == ["tps_vs_batch", "tps_vs_memory", "train_steps"]
     for p in htmls:
         assert not REMOTE_SCRIPT.search(p.read_text()), p
     for svg in HEADLINE.glob("*.svg"):
         assert svg.with_suffix(".png").read_bytes().startswith(b"\x89PNG"), svg
-    readme = (ROOT / "README.md").read_text()
+    results = (ROOT / "docs/results.md").read_text()
     for p in htmls:
-        assert f"]({p.with_suffix('.png').relative_to(ROOT)})" in readme, p.name
+        assert f"](../{p.with_suffix('.png').relative_to(ROOT)})" in results, p.name

@@ -50,3 +50,17 @@ def test_readme_layout_reaches_every_folder_module_rule_and_backend():
         assert f"`{rule}`" in text, rule
     for name in set(backends.NAMES) | set(availability.NAMES):
         assert f"`{name}`" in text, name
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves_and_the_readme_fits_a_few_screens():
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "results/README.md",
+            ROOT / "workflow/scripts/device/README.md"]
+    broken = []
+    for doc in docs:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if re.match(r"(https?:|mailto:|#)", target):
+                continue
+            if not (doc.parent / target.split("#")[0]).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert broken == []
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200

@@ -75,3 +75,30 @@ def test_to_mid_generation_stops_half_way_whatever_the_decode_chunk(tiny_assets)
     engine.abort()
     with pytest.raises(AssertionError, match="above the timed chunk"):
         decode_sweep.to_mid_generation(engine, prompts, new_tokens=16, timed_steps=16)
+
+
+def test_one_engine_replays_the_whole_record_each_bucket_its_entry(tmp_path):
+    """A generation job's engine serves several batch sizes: each decode bucket gets the entry of the smallest tuned
+    batch >= it, each cell's stats what a job of its size would have replayed; the job's own options win."""
+    import json
+
+    import pytest
+
+    from rollout_bench import kernel_tuning
+    from rollout_bench.engine import EngineConfig
+
+    rec = {"status": "ok", "by_batch": {"8": {"best": {"BLOCK_N": 64}}, "64": {"best": {}},
+                                        "256": {"best": {"SPLIT_KV": 2}}}}
+    (tmp_path / "t.json").write_text(json.dumps(rec))
+    opts, info = kernel_tuning.replay_by_batch(tmp_path / "t.json", [1, 64, 512], {})
+    assert opts == {"decode_kernel_options_by_batch": {8: {"BLOCK_N": 64}, 64: {}, 256: {"SPLIT_KV": 2}}}
+    assert info[1]["replayed"] == {"BLOCK_N": 64} and info[64]["replayed"] == {} and info[512]["tuned"] == {"SPLIT_KV": 2}
+    cfg = EngineConfig(max_batch=256, **opts)
+    assert [cfg.decode_options_for(b) for b in (2, 8, 16, 64, 80, 256, 300)] == [
+        {"BLOCK_N": 64}, {"BLOCK_N": 64}, {}, {}, {"SPLIT_KV": 2}, {"SPLIT_KV": 2}, {"SPLIT_KV": 2}]
+    own, info = kernel_tuning.replay_by_batch(tmp_path / "t.json", [8], {"decode_kernel_options": {"num_warps": 8}})
+    assert own == {"decode_kernel_options": {"num_warps": 8}} and info[8]["replayed"] == {}
+    with pytest.raises(AssertionError, match="not both"):
+        EngineConfig(decode_kernel_options={"num_warps": 4}, decode_kernel_options_by_batch={8: {}})
+    with pytest.raises(AssertionError, match="BLOCKS_ARE_CONTIGUOUS"):
+        EngineConfig(decode_kernel_options_by_batch={8: {"BLOCKS_ARE_CONTIGUOUS": True}})

@@ -81,11 +81,17 @@ def test_editing_the_engine_reruns_flex_jobs_only(tree):
 
 
 def test_truncated_stats_file_reruns_its_job_alone(tree):
+    """Its job: the one engine that serves its cell and that cell's neighbours (config.gen_groups)."""
+    from rollout_bench import config
+
     d, outputs = tree
-    victim = next(o for o in outputs if o.startswith("results/generate/") and "/vllm/" in o)
-    others = {o: (d / o).stat().st_mtime_ns for o in outputs if o.startswith("results/generate/") and o != victim}
+    victim = next(o for o in outputs if o.startswith("results/generate/") and "/vllm/" in o and o.endswith("bs8.json"))
+    group = next(g for g in config.gen_groups(config.load(d / "config/config.yaml"))
+                 if victim in [c.path for c in g.cells])
+    job = {c.path for c in group.cells} | {group.record}
+    others = {o: (d / o).stat().st_mtime_ns for o in outputs if o.startswith("results/generate/") and o not in job}
     (d / victim).write_text('{"schema_version": 1, "kind": "gen')
-    assert set(pending(d)) == {victim} | GEN_REPORT  # a dry run sees it missing (and sets it aside)
+    assert set(pending(d)) == job | GEN_REPORT  # a dry run sees it missing (and sets it aside)
     assert (d / f"{victim}.corrupt").read_text().startswith('{"schema_version"')
     (d / f"{victim}.corrupt").rename(d / victim)
     r = snakemake(d, "--cores", "2", victim, "results/summary/generate.csv")

@@ -9,7 +9,7 @@ GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generat
                "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb",
                "peak_reserved_gb", "setup_s", "rounds", "round_spread", "fresh_prompts", "gpu_name", "gpu_ids",
                "gpu_uuids", "neighbours", "torch", "transformers", "started_at", "wall_s", "trace", "n_prompts",
-               "git_commit", "path"]
+               "temperature", "attempts", "git_commit", "path"]
 
 
 def generation_row(rec: dict, path: str) -> dict:
@@ -46,6 +46,7 @@ def generation_row(rec: dict, path: str) -> dict:
         "torch": env.get("torch"), "transformers": env.get("transformers"),
         "started_at": rec["started_at"], "wall_s": rec["wall_s"],
         "trace": (wl.get("trace") or {}).get("name"), "n_prompts": rec.get("n_prompts", wl.get("n_prompts")),
+        "temperature": wl["sampling"].get("temperature"), "attempts": len(rec.get("attempts") or [None]),
         "git_commit": env.get("git_commit"), "path": path,
     }
 

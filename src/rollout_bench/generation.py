@@ -29,6 +29,7 @@ def spec_from_workload(wl: dict, model_dir: str, adapter_dir: str | None, varian
         dtype=wl["dtype"],
         options=wl.get("options", {}),
         per_request_lengths=bool(wl.get("trace")),
+        rows=wl["n_prompts"] * wl["num_generations"] if "n_prompts" in wl else None,
     )
 
 
@@ -57,8 +58,8 @@ def build(gen_factory, spec: GenSpec) -> Built:
 @dataclass
 class Draws:
     """Each completion's token budget where the cell replays a trace (workload.trace), else none: draw 0 is the
-    warm-up's, then one per timed round, attempts after the first continuing the count. A pure function of the
-    workload, so every engine gets the same budgets."""
+    warm-up's, then one per timed round (every attempt the same draws). A pure function of the workload, so every
+    engine gets the same budgets, whichever attempt it reports."""
     workload: dict
 
     def budgets(self, draw: int, prompts: list[list[int]]) -> list[int] | None:
@@ -114,10 +115,9 @@ def measure_cell(gen, spec: GenSpec, workload: dict, attempts: list[list[list[li
         call(gen, warmup, n, draws.budgets(0, warmup))
     sync()
     t_first = time.perf_counter()
-    limit, tried, draw = workload.get("max_round_spread"), [], 1
-    for rounds in attempts:
-        walls, outs, per_round, window, budgets = timed_rounds(gen, rounds, n, sync, draws, draw)
-        draw += len(rounds)
+    limit, tried = workload.get("max_round_spread"), []
+    for rounds in attempts:  # every attempt replays draws 1.. again: its budgets are the other engine's too
+        walls, outs, per_round, window, budgets = timed_rounds(gen, rounds, n, sync, draws)
         tried.append({"rounds": per_round, "round_spread": round(spread(walls), 4)})
         if limit is None or spread(walls) <= limit:
             break

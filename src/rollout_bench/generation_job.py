@@ -83,7 +83,11 @@ def plan_cells(mod, backend: str, variant: str, cells: list[Cell], model_dir: st
     plans = []
     for c in cells:
         wl = c.workload
-        sets, warmup = prompt_assets.select(tok, wl, c.dataset, sets=1 + wl.get("spread_retries", 0))
+        try:
+            sets, warmup = prompt_assets.select(tok, wl, c.dataset, sets=1 + wl.get("spread_retries", 0))
+        except ValueError as e:  # too few prompts in the window: this cell's, the next may have enough
+            write(c, "failed", str(e))
+            continue
         longest = max(len(p) for ps in [*sum(sets, []), warmup] for p in ps)
         spec = generation.spec_from_workload(wl, model_dir, adapter_dir, variant, tok.eos_token_id,
                                              tok.pad_token_id, longest)
@@ -108,12 +112,17 @@ def run_group(*, backend: str, variant: str, model: str, cells: list[Cell], mode
     extra = {"compile_cache": compile_cache} if compile_cache else {}
 
     def finish(cell: Cell, record: dict, setup_s: float | None = None, timed_s: float = 0.0) -> dict:
+        """Write the cell's stats; its job entry splits its window into set-up, timed rounds and the rest (what
+        follows its last round: memory, the copy rate, its summary). A cell that did not time a round spent its
+        whole window setting up."""
         now = time.perf_counter()
+        wall = now - record["_t0"]
+        setup_s = round(wall, 3) if setup_s is None else setup_s
         record["job"] = {"record": out, "index": len(job["cells"]), "cells": len(cells)}
         rec = stats.finish(record, cell.out)
         job["cells"].append({"out": cell.out, "case": cell.case, "batch_size": cell.workload["batch_size"],
                              "status": rec["status"], "setup_s": setup_s, "timed_s": round(timed_s, 3),
-                             "wall_s": round(now - record["_t0"], 3) if "_t0" in record else rec["wall_s"]})
+                             "other_s": round(max(0.0, wall - setup_s - timed_s), 3), "wall_s": round(wall, 3)})
         state["mark"] = now
         return rec
 
@@ -143,13 +152,23 @@ def run_group(*, backend: str, variant: str, model: str, cells: list[Cell], mode
 
 def serve(mod, espec, plans: list[Plan], replayed: dict, tok, cuda, clock: Clock, state: dict, extra: dict,
           backend: str, variant: str, model: str, finish) -> None:
-    """Build (and gate) the engine, then run the planned cells in order on it."""
-    built = generation.build(mod.load, espec)
-    gate = None
-    if hasattr(mod, "gate"):  # engines we wrote prove equality with HF before any speed is reported
-        t0 = time.perf_counter()
-        gate = {**mod.gate(espec, built.gen), "seconds": round(time.perf_counter() - t0, 3)}
-    gen, first = built.gen, built
+    """Build (and gate) the engine, then run the planned cells in order on it. A backend that cannot serve several
+    cells (no RETARGET) is built for each cell instead. A build or gate that raises fails every planned cell."""
+    gate, gen, first = None, None, None
+    try:
+        if getattr(mod, "RETARGET", False):
+            first = generation.build(mod.load, espec)
+            gen = first.gen
+            if hasattr(mod, "gate"):  # engines we wrote prove equality with HF before any speed is reported
+                t0 = time.perf_counter()
+                gate = {**mod.gate(espec, gen), "seconds": round(time.perf_counter() - t0, 3)}
+    except Exception as e:  # noqa: BLE001 -- out of memory at the job's largest batch, say: every cell says so
+        traceback.print_exc()
+        for plan in plans:
+            record = base_record(plan.cell, backend, variant, model, clock, state["mark"], extra)
+            finish(plan.cell, stats.failed(record, f"building the job's engine ({espec.batch_size} rows, "
+                                                   f"{espec.max_seq_len} tokens): {type(e).__name__}: {e}"[:2000]))
+        return
     for plan in plans:
         cell = plan.cell
         record = base_record(cell, backend, variant, model, clock, state["mark"], extra)
@@ -164,20 +183,30 @@ def serve(mod, espec, plans: list[Plan], replayed: dict, tok, cuda, clock: Clock
         try:
             gen, first = on_generator(mod, gen, first, plan.spec)
             rec, setup_s, timed_s = run_cell(gen, plan, record, tok, cuda, first)
-            first = None  # only the first cell's peaks include the build
         except Exception as e:  # noqa: BLE001 -- one cell's failure is its result; the next cells still run
             traceback.print_exc()
             finish(cell, stats.failed(record, f"{type(e).__name__}: {e}"[:2000]))
+            # what the cell left queued or half-decoded must not run inside the next cell's rounds
+            if hasattr(gen, "abort"):
+                gen.abort()
+            elif gen is not None:  # no way to clear it: the next cell gets a generator of its own
+                getattr(gen, "close", lambda: None)()
+                gen = None
+            first = None
             continue
+        first = None  # only the first cell's peaks include the build
         finish(cell, rec, setup_s, timed_s)
     getattr(gen, "close", lambda: None)()
 
 
 def on_generator(mod, gen, built, spec):
-    """The generator for a cell: the job's, retargeted to the cell, or (a backend that cannot) one built for it."""
-    if getattr(gen, "retarget", lambda s: False)(spec):
+    """The generator for a cell: the job's, retargeted to the cell, or (a backend that cannot) one built for it,
+    the old one closed first (its model freed)."""
+    if gen is not None and getattr(gen, "retarget", lambda s: False)(spec):
         return gen, built
-    getattr(gen, "close", lambda: None)()
+    if gen is not None:
+        getattr(gen, "close", lambda: None)()
+    del gen, built
     rebuilt = generation.build(mod.load, spec)
     return rebuilt.gen, rebuilt
 

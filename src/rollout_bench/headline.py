@@ -51,11 +51,15 @@ def startup(folder: Path) -> dict:
     return {"setup_s": setup, "wall_s": wall, "share": setup / wall if wall else None, "jobs": jobs}
 
 
-def _limit(folder: Path) -> float | None:
+def _workload(folder: Path) -> dict:
     import yaml
 
     cfg = yaml.safe_load((folder / "config.yaml").read_text()) or {}
-    return ((cfg.get("workload") or {}).get("max_round_spread"))
+    return cfg.get("workload") or {}
+
+
+def _limit(folder: Path) -> float | None:
+    return _workload(folder).get("max_round_spread")
 
 
 def _side(df: pd.DataFrame, backend: str, key: tuple) -> pd.Series | None:
@@ -67,7 +71,7 @@ def _cell_name(r: pd.Series) -> str:
     """The case, and what sets it apart: its LoRA rank, its sampling where not greedy, the trace it replays."""
     extra = [f"LoRA r{r.lora_rank}"] if r.lora_rank else []
     if r.sampling != "greedy":
-        extra.append(f"sampling {r.sampling}")
+        extra.append(f"T = {r.temperature}" if r.sampling == "custom" else f"sampling {r.sampling}")
     if isinstance(r.get("trace"), str):
         extra.append(f"trace {r.trace}, {r.n_prompts} prompts × {r.num_generations}")
     return f"{r.case} ({', '.join(extra)})" if extra else r.case
@@ -106,9 +110,10 @@ def generation_rows(folder: Path, a: str, b: str, limit: float | None) -> tuple[
         last_ratio = f"**{fmt(x.time_to_last_s / y.time_to_last_s, '.2f')}**"
         if spread_bad:
             ratio = last_ratio = "—"
+            again = " after the job measured it again" if max(x.attempts, y.attempts) > 1 else ""
             notes.append(f"{name}, B = {key[1]}: no ratio, rounds spread "
                          + ", ".join(f"{s.backend} {100 * s.round_spread:.0f}%" for s in spread_bad)
-                         + f" (over {100 * limit:.0f}% after the job's re-measure)")
+                         + f" (over {100 * limit:.0f}%{again})")
         last = f"{fmt(x.time_to_last_s, '.2f')}, {fmt(y.time_to_last_s, '.2f')} ({last_ratio})"
         rows.append(f"| {name} | {key[1]} | {fmt(x.decode_tps)} | {fmt(y.decode_tps)} | {ratio} | {last} "
                     f"| {bandwidth(x.decode_gb_per_s, x.of_copy_rate)} "
@@ -136,6 +141,11 @@ def train_rows(folder: Path, a: str, b: str) -> tuple[list[str], list[str]]:
     return [row], []
 
 
+def autotune_note(folder: Path) -> str:
+    walls = [json.loads(p.read_text())["wall_s"] for p in sorted(folder.glob("autotune/*/decode_opts.json"))]
+    return f"; the autotune pass, a measurement of its own, took {fmt(sum(walls), ',.0f')} s more" if walls else ""
+
+
 def block(root, a: str = "flex", b: str = "vllm") -> str:
     """The answer block's body: the newest headline folder under `root`, or a line saying there is none."""
     found = folders(root)
@@ -152,9 +162,9 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
     lines = [
         f"From [`{folder.name}`](results/published/{folder.name}/) alone: one invocation, `{man['command']}`, at "
         f"commit {commits}{dirty}, on one {', '.join(man['gpu_names'])} ({', '.join(u[:12] for u in man['gpu_uuids'])})"
-        f", published {man['published_at'][:10]}. Its GPU jobs spent {fmt(share['setup_s'], ',.0f')} s of "
-        f"{fmt(share['wall_s'], ',.0f')} s setting up ({fmt(100 * share['share'], '.0f') if share['share'] else '—'}%: "
-        f"imports, loads, compiles, graph capture, gates and warm-ups).",
+        f", published {man['published_at'][:10]}. Its generation and GRPO jobs spent {fmt(share['setup_s'], ',.0f')} s "
+        f"of {fmt(share['wall_s'], ',.0f')} s setting up ({fmt(100 * share['share'], '.0f') if share['share'] else '—'}%"
+        f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(folder)}.",
         "",
         f"| cell | B | {a} tok/s | {b} tok/s | {a} / {b} | time to last completion s: {a}, {b} ({a} / {b}) "
         f"| {a} GB/s (of copy) | round spread {a}, {b} | peak GB {a}, {b} |",
@@ -170,9 +180,13 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
     if any(n.endswith("not run") or "not run by either" in n or "not run," in n for n in notes):
         lines += [f"This run did not finish: the cells and GRPO steps named above as not run are missing from its "
                   f"folder (its README says why); the set-up share covers the jobs that finished.", ""]
+    rounds = _workload(folder).get("rounds", "the")
     lines.append(f"tok/s: the median over a cell's timed rounds of its decoded tokens over the round's wall "
-                 f"(5 rounds, each with prompts of its own). GB/s: the weights and K/V {a}'s decode steps must read "
-                 f"over their time, and that as a fraction of the copy rate measured in the same job. Peak GB: "
-                 f"the most the job reserved (vLLM's is its gpu_memory_utilization share). A ratio is shown only "
-                 f"where both sides' rounds spread at most {fmt(100 * limit, '.0f') if limit else '—'}%.")
+                 f"({rounds} rounds, each with prompts of its own). Time to last completion: the median round's wall "
+                 f"(a round ends with its last completion: what a GRPO step waits for). GB/s: the weights and K/V "
+                 f"{a}'s decode steps must read over their time, and that as a fraction of the copy rate measured in "
+                 f"the same job. Peak GB: the most the job held, torch's reserved memory or the engine's own pool "
+                 f"({a}'s is sized for its job's largest batch, which every cell of the job shares; {b}'s is the "
+                 f"device memory in use, its gpu_memory_utilization share and more). A ratio is shown only where "
+                 f"both sides' rounds spread at most {fmt(100 * limit, '.0f') if limit else '—'}%.")
     return "\n".join(lines)

@@ -56,6 +56,13 @@ class GenSpec:
     options: dict = field(default_factory=dict)  # backend-specific knobs from config
     # each completion has a budget of its own, passed to generate(..., max_new_tokens=[...]) (a trace case)
     per_request_lengths: bool = False
+    rows: int | None = None  # sequences a round submits (n_prompts x num_generations); None: batch_size
+
+    def fits(self, max_batch: int) -> bool:
+        """Whether an engine of max_batch slots runs this spec's rounds as one of batch_size would: it has the
+        slots, and a round of more rows than batch_size (queued behind it) cannot spread over more slots."""
+        return self.batch_size <= max_batch and (self.rows is None or self.rows <= self.batch_size
+                                                 or self.batch_size == max_batch)
 
     @property
     def max_seq_len(self) -> int:

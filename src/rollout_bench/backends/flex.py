@@ -17,6 +17,7 @@ from . import hf_model
 REQUIRES = ("torch", "transformers")
 NEEDS_GPU = False
 VARIANTS = ("graphs", "eager", "peft_unmerged")
+RETARGET = True  # one generator serves a job's cells (retarget), built once
 PER_REQUEST_LENGTHS = True
 
 
@@ -60,8 +61,7 @@ class Generator:
         from . import same_engine
 
         cfg = self.engine.config
-        if not (same_engine(self.spec, spec) and spec.batch_size <= cfg.max_batch
-                and spec.max_seq_len <= cfg.max_seq_len):
+        if not (same_engine(self.spec, spec) and spec.fits(cfg.max_batch) and spec.max_seq_len <= cfg.max_seq_len):
             return False
         self.spec = spec
         return True
@@ -126,6 +126,10 @@ class Generator:
         return {"decode_gb_per_s": achieved, "weights_gb_per_step": round(self.engine.step_weight_bytes / 1e9, 3),
                 "copy_gb_per_s": ceiling,
                 "of_copy_rate": round(achieved / ceiling, 3) if achieved and ceiling else None}
+
+    def abort(self):
+        """Drop what a failed call left queued or running (its pages and slots come back)."""
+        self.engine.abort()
 
     def close(self):
         self.engine = None

@@ -4,6 +4,7 @@ from .hf_model import Generator
 REQUIRES = ("torch", "transformers", "peft")
 NEEDS_GPU = False
 VARIANTS = ("default",)
+RETARGET = True  # one generator serves a job's cells (retarget), built once
 
 
 def unavailable(variant, gpu_count):

@@ -49,6 +49,11 @@ class Generator:
         self.model = model if model is not None else load_model(spec)
         self.kwargs = generation_kwargs(spec)
 
+    def close(self):
+        self.model = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def retarget(self, spec) -> bool:
         """The next cell on the same model: generate's kwargs are the cell's own (a fixed-shape subclass: no)."""
         from . import same_engine

@@ -16,6 +16,7 @@ from .. import envinfo
 REQUIRES = ("torch", "vllm")
 NEEDS_GPU = True
 VARIANTS = ("default", "dummy", "gmu_low")
+RETARGET = True  # one generator serves a job's cells (retarget), built once
 PER_REQUEST_LENGTHS = True
 GMU_DEFAULT, GMU_LOW = 0.9, 0.3
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks (0.26)
@@ -187,7 +188,7 @@ class Generator:
         from . import same_engine
 
         kw = engine_kwargs(self.built)
-        if not (same_engine(self.built, spec) and spec.batch_size <= kw["max_num_seqs"]
+        if not (same_engine(self.built, spec) and spec.fits(kw["max_num_seqs"])
                 and spec.max_seq_len <= kw["max_model_len"] and spec.sampling.seed == self.built.sampling.seed):
             return False
         self.spec = spec
