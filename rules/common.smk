@@ -174,8 +174,9 @@ def group_datasets(group):
 
 def group_cells(group):
     """A generation job's cells, as its command takes them: each one's workload, dataset dir and stats path."""
-    return json.dumps([{"case": c.case, "workload": cell_workload(c), "dataset": dataset_dir(cell_workload(c)["dataset"]),
-                        "out": c.path} for c in group.cells], sort_keys=True)
+    cells = [(c, cell_workload(c)) for c in group.cells]
+    return json.dumps([{"case": c.case, "workload": wl, "dataset": dataset_dir(wl["dataset"]), "out": c.path}
+                       for c, wl in cells], sort_keys=True)
 
 
 def autotune_input_of(model, backend):

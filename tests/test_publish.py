@@ -37,6 +37,7 @@ def test_the_manifest_says_what_the_stats_were_measured_on(tmp_path):
     m = json.loads((publish("h", "snakemake x", str(tmp_path / "config.yaml"), results=str(res))
                     / "MANIFEST.json").read_text())
     assert m["profile"] == "headline" and m["command"] == "snakemake x" and m["git_commits"] == ["abc123"]
+    assert m["commit"] == "abc123"
     assert m["git_dirty"] == [False] and m["gpu_uuids"] == ["GPU-1"] and m["packages"]["vllm"] == ["0.26.0"]
     assert m["jobs_with_env"] == 2
 

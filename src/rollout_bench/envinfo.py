@@ -113,6 +113,7 @@ def gpu_info() -> dict:
     return info
 
 
+@cache  # one nvidia-smi call a process: every cell's stats record the driver
 def _driver() -> str | None:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

@@ -35,10 +35,9 @@ def spec_from_workload(wl: dict, model_dir: str, adapter_dir: str | None, varian
 
 @dataclass
 class Built:
-    """A generator built (and gated) before its first cell: its build time and the peak memory of the
-    build itself, so the first cell's peak_memory_gb still covers load + compile + capture."""
+    """A generator built (and gated) before its first cell, and the peak memory of the build itself, so the first
+    cell's peak_memory_gb still covers load + compile + capture."""
     gen: object
-    build_s: float
     peak_allocated: float | None = None
     peak_reserved: float | None = None
 
@@ -47,12 +46,11 @@ def build(gen_factory, spec: GenSpec) -> Built:
     cuda = envinfo.cuda()
     if cuda:
         cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
     gen = gen_factory(spec)
     if cuda:
         cuda.synchronize()
-        return Built(gen, time.perf_counter() - t0, cuda.max_memory_allocated(), cuda.max_memory_reserved())
-    return Built(gen, time.perf_counter() - t0)
+        return Built(gen, cuda.max_memory_allocated(), cuda.max_memory_reserved())
+    return Built(gen)
 
 
 @dataclass
@@ -75,14 +73,14 @@ def call(gen, prompts: list[list[int]], n: int, budgets: list[int] | None) -> li
     return gen.generate(prompts, n) if budgets is None else gen.generate(prompts, n, max_new_tokens=budgets)
 
 
-def timed_rounds(gen, rounds: list[list[list[int]]], n: int, sync, draws: Draws, first_draw: int = 1):
+def timed_rounds(gen, rounds: list[list[list[int]]], n: int, sync, draws: Draws):
     """-> (walls, last round's outputs, per-round records, isolation window, last round's budgets): one generate
-    call per round."""
+    call per round, round i with draw 1 + i."""
     walls, outs, budgets = [], None, None
     per_round = []
     with isolation.window() as window:  # the other leases that overlap the rounds are named in the stats
         for i, prompts in enumerate(rounds):
-            budgets = draws.budgets(first_draw + i, prompts)
+            budgets = draws.budgets(1 + i, prompts)
             sync()
             t = time.perf_counter()
             outs = call(gen, prompts, n, budgets)
@@ -156,7 +154,7 @@ def memory(gen, cuda, built: Built | None) -> tuple[dict, dict]:
     engine's own pool."""
     peak = {"allocated": None, "reserved": None}
     if cuda:
-        b = built or Built(None, 0.0)
+        b = built or Built(None)
         peak = {"allocated": round(max(cuda.max_memory_allocated(), b.peak_allocated or 0) / 1e9, 3),
                 "reserved": round(max(cuda.max_memory_reserved(), b.peak_reserved or 0) / 1e9, 3)}
     engine_info = {**getattr(gen, "info", lambda: {})(), **getattr(gen, "memory", lambda: {})()}

@@ -68,7 +68,6 @@ class Plan:
     spec: object
     attempts: list
     warmup: list
-    record: dict | None = None
 
 
 def plan_cells(mod, backend: str, variant: str, cells: list[Cell], model_dir: str, adapter_dir: str | None,
@@ -126,9 +125,8 @@ def run_group(*, backend: str, variant: str, model: str, cells: list[Cell], mode
         state["mark"] = now
         return rec
 
-    def write(cell: Cell, status: str, reason: str, fields: dict | None = None) -> dict:
+    def write(cell: Cell, status: str, reason: str) -> dict:
         record = base_record(cell, backend, variant, model, clock, state["mark"], extra)
-        record.update(fields or {})
         return finish(cell, {**record, "status": status, "reason": reason})
 
     reason = backends.unavailable(backend, variant, envinfo.gpu_info()["gpu_count"], model_dir)
@@ -237,9 +235,8 @@ def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, flo
 def close_job(job: dict, clock: Clock, out: str | None) -> dict:
     """The job's record: its cells' set-up and timed seconds beside the process's wall so far."""
     job["wall_s"] = round(time.perf_counter() - clock.t0, 3)
-    ran = [c for c in job["cells"] if c["setup_s"] is not None]
-    job["setup_s"] = round(sum(c["setup_s"] for c in ran), 3)
-    job["timed_s"] = round(sum(c["timed_s"] for c in ran), 3)
+    job["setup_s"] = round(sum(c["setup_s"] for c in job["cells"]), 3)
+    job["timed_s"] = round(sum(c["timed_s"] for c in job["cells"]), 3)
     if out:
         atomic.write_json(out, job)
     return job

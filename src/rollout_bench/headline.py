@@ -27,39 +27,36 @@ def folders(root) -> list[Path]:
     return [f for _, f in sorted(out)]
 
 
-def _records(folder: Path, kind: str) -> list[tuple[Path, dict]]:
+def _read(folder: Path) -> list[tuple[Path, dict]]:
+    """Every JSON object in a published folder, read once for the whole block."""
     out = []
     for p in sorted(folder.rglob("*.json")):
         rec = json.loads(p.read_text())
-        if isinstance(rec, dict) and rec.get("kind") == kind:
+        if isinstance(rec, dict):
             out.append((p, rec))
     return out
 
 
-def startup(folder: Path) -> dict:
+def _of(recs: list[tuple[Path, dict]], kind: str) -> list[tuple[Path, dict]]:
+    return [(p, r) for p, r in recs if r.get("kind") == kind]
+
+
+def startup(recs: list[tuple[Path, dict]]) -> dict:
     """GPU jobs' set-up seconds over their walls: generation jobs (their records) and GRPO runs (their stats)."""
     setup = wall = 0.0
-    jobs = []
-    for p, job in _records(folder, "generate_job"):
-        if job["cells"] and any(c["setup_s"] is not None for c in job["cells"]):
+    for _, job in _of(recs, "generate_job"):
+        if job["cells"]:
             setup, wall = setup + job["setup_s"], wall + job["wall_s"]
-            jobs.append((p.relative_to(folder).as_posix(), job["setup_s"], job["wall_s"]))
-    for p, rec in _records(folder, "train"):
+    for _, rec in _of(recs, "train"):
         if rec["status"] == "ok" and rec.get("setup_s") is not None:
             setup, wall = setup + rec["setup_s"], wall + rec["wall_s"]
-            jobs.append((p.relative_to(folder).as_posix(), rec["setup_s"], rec["wall_s"]))
-    return {"setup_s": setup, "wall_s": wall, "share": setup / wall if wall else None, "jobs": jobs}
+    return {"setup_s": setup, "wall_s": wall, "share": setup / wall if wall else None}
 
 
-def _workload(folder: Path) -> dict:
+def _config(folder: Path) -> dict:
     import yaml
 
-    cfg = yaml.safe_load((folder / "config.yaml").read_text()) or {}
-    return cfg.get("workload") or {}
-
-
-def _limit(folder: Path) -> float | None:
-    return _workload(folder).get("max_round_spread")
+    return yaml.safe_load((folder / "config.yaml").read_text()) or {}
 
 
 def _side(df: pd.DataFrame, backend: str, key: tuple) -> pd.Series | None:
@@ -77,28 +74,26 @@ def _cell_name(r: pd.Series) -> str:
     return f"{r.case} ({', '.join(extra)})" if extra else r.case
 
 
-def expected(folder: Path) -> tuple[list[tuple[str, int]], list[str]]:
-    """The generation cells (case, batch) and training backends the run's config asked for."""
-    import yaml
-
-    cfg = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+def expected(cfg: dict) -> list[tuple[str, int]]:
+    """The generation cells (case, batch) the run's config asked for, in its order."""
     cases = (cfg.get("workload") or {}).get("cases") or {}
-    return ([(name, bs) for name, c in cases.items() for bs in c.get("batch_sizes", [])],
-            list(cfg.get("train_backends") or []))
+    return [(name, bs) for name, c in cases.items() for bs in c.get("batch_sizes", [])]
 
 
-def generation_rows(folder: Path, a: str, b: str, limit: float | None) -> tuple[list[str], list[str]]:
-    """Table rows, and the notes for cells without a ratio."""
-    df = aggregate.generation_frame([str(p) for p, _ in _records(folder, "generate")])
+def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None) -> tuple[list[str], list[str], bool]:
+    """Table rows, the notes for cells without a ratio, and whether some cell asked for has a side not run."""
+    df = aggregate.generation_frame([str(p) for p, _ in _of(recs, "generate")])
     df = df.assign(peak_gb=peak_gb)
     rows, notes = [], []
-    asked = expected(folder)[0]
+    asked = expected(cfg)
     ran = sorted(set(zip(df.case, df.batch_size.astype(int))), key=lambda k: (
         asked.index(k) if k in asked else len(asked), k))
+    missing = False
     for key in ran:
         x, y = _side(df, a, key), _side(df, b, key)
         first = x if x is not None else y
         name = _cell_name(first)
+        missing = missing or x is None or y is None
         if x is None or y is None or x.status != "ok" or y.status != "ok":
             notes.append(f"{name}, B = {key[1]}: {a} {'not run' if x is None else x.status}, "
                          f"{b} {'not run' if y is None else y.status}"
@@ -122,27 +117,28 @@ def generation_rows(folder: Path, a: str, b: str, limit: float | None) -> tuple[
     never = [k for k in asked if k not in ran]
     if never:
         notes.append("not run by either: " + ", ".join(f"{c} B = {bs}" for c, bs in never))
-    return rows, notes
+    return rows, notes, missing or bool(never)
 
 
-def train_rows(folder: Path, a: str, b: str) -> tuple[list[str], list[str]]:
-    recs = {r["backend"]: r for _, r in _records(folder, "train") if not r["workload"].get("frozen")}
-    x, y = recs.get(a), recs.get(b)
+def train_rows(recs: list, a: str, b: str) -> tuple[list[str], list[str], bool]:
+    """The GRPO step pair's row, or the note saying why there is none; and whether a side did not run."""
+    runs = {r["backend"]: r for _, r in _of(recs, "train") if not r["workload"].get("frozen")}
+    x, y = runs.get(a), runs.get(b)
     if not x or not y or x["status"] != "ok" or y["status"] != "ok":
         return [], [f"GRPO step: {a} {x['status'] if x else 'not run'}, {b} {y['status'] if y else 'not run'}"
                     + "".join(f" ({r['backend']}: {str(r['reason'])[:160]})" for r in (x, y)
-                              if r and r["status"] != "ok")]
+                              if r and r["status"] != "ok")], not x or not y
     wl = x["workload"]
     pa, pb = x["peak_memory_gb"]["allocated"], y["peak_memory_gb"]["allocated"]
     row = (f"| {x['model']}, LoRA r{wl['lora_rank']}, {wl['prompts_per_step']} × {wl['num_generations']} × "
            f"{wl['max_new_tokens']} tokens, median of steps {x.get('median_step_window')} "
            f"| {fmt(x['median_step_s'], '.3f')} | {fmt(y['median_step_s'], '.3f')} "
            f"| **{fmt(x['median_step_s'] / y['median_step_s'], '.2f')}** | {fmt(pa, '.1f')}, {fmt(pb, '.1f')} |")
-    return [row], []
+    return [row], [], False
 
 
-def autotune_note(folder: Path) -> str:
-    walls = [json.loads(p.read_text())["wall_s"] for p in sorted(folder.glob("autotune/*/decode_opts.json"))]
+def autotune_note(recs: list) -> str:
+    walls = [r["wall_s"] for _, r in _of(recs, "autotune")]
     return f"; the autotune pass, a measurement of its own, took {fmt(sum(walls), ',.0f')} s more" if walls else ""
 
 
@@ -153,10 +149,11 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
         return f"No headline run is published yet: `snakemake --cores 16 --resources gpu=1 --config profile=headline`."
     folder = found[-1]
     man = json.loads((folder / "MANIFEST.json").read_text())
-    limit = _limit(folder)
-    gen, gen_notes = generation_rows(folder, a, b, limit)
-    train, train_notes = train_rows(folder, a, b)
-    share = startup(folder)
+    recs, cfg = _read(folder), _config(folder)
+    limit = (cfg.get("workload") or {}).get("max_round_spread")
+    gen, gen_notes, gen_missing = generation_rows(recs, cfg, a, b, limit)
+    train, train_notes, train_missing = train_rows(recs, a, b)
+    share = startup(recs)
     commits = ", ".join(c[:12] for c in man["git_commits"]) or "not recorded"
     dirty = " (uncommitted changes)" if True in man["git_dirty"] else ""
     lines = [
@@ -164,7 +161,7 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
         f"commit {commits}{dirty}, on one {', '.join(man['gpu_names'])} ({', '.join(u[:12] for u in man['gpu_uuids'])})"
         f", published {man['published_at'][:10]}. Its generation and GRPO jobs spent {fmt(share['setup_s'], ',.0f')} s "
         f"of {fmt(share['wall_s'], ',.0f')} s setting up ({fmt(100 * share['share'], '.0f') if share['share'] else '—'}%"
-        f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(folder)}.",
+        f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(recs)}.",
         "",
         f"| cell | B | {a} tok/s | {b} tok/s | {a} / {b} | time to last completion s: {a}, {b} ({a} / {b}) "
         f"| {a} GB/s (of copy) | round spread {a}, {b} | peak GB {a}, {b} |",
@@ -177,10 +174,10 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
     notes = gen_notes + train_notes
     if notes:
         lines += ["Cells without a ratio: " + "; ".join(notes) + ".", ""]
-    if any(n.endswith("not run") or "not run by either" in n or "not run," in n for n in notes):
+    if gen_missing or train_missing:
         lines += [f"This run did not finish: the cells and GRPO steps named above as not run are missing from its "
                   f"folder (its README says why); the set-up share covers the jobs that finished.", ""]
-    rounds = _workload(folder).get("rounds", "the")
+    rounds = (cfg.get("workload") or {}).get("rounds", "the")
     lines.append(f"tok/s: the median over a cell's timed rounds of its decoded tokens over the round's wall "
                  f"({rounds} rounds, each with prompts of its own). Time to last completion: the median round's wall "
                  f"(a round ends with its last completion: what a GRPO step waits for). GB/s: the weights and K/V "

@@ -32,11 +32,13 @@ def manifest(folder: Path, command: str, config_path: str) -> dict:
 
     with open(config_path) as f:
         profile = (yaml.safe_load(f) or {}).get("profile")
+    commits = distinct("git_commit")
     return {
         "command": command.strip(),
         "profile": profile,
         "published_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commits": distinct("git_commit"),
+        "commit": commits[0] if len(commits) == 1 else None,  # the one commit every job ran, where there is one
+        "git_commits": commits,
         "git_dirty": sorted({bool(e["git_dirty"]) for e in envs if e.get("git_dirty") is not None}),
         "gpu_names": distinct("gpu_name"),
         "gpu_uuids": sorted({u for e in envs for u in e.get("gpu_uuids") or []}),

@@ -1,6 +1,4 @@
 """Pick the workload's prompts: shuffle by seed, chat template, keep a token-length window."""
-import itertools
-
 from . import chat, dataset
 
 
@@ -30,10 +28,7 @@ class _Pool:
         self.kept: list[list[int]] = []
 
     def first(self, k: int) -> list[list[int]]:
-        for problem in self.rest:
-            if len(self.kept) >= k:
-                self.rest = itertools.chain([problem], self.rest)  # not taken: it stays first in line
-                break
+        while len(self.kept) < k and (problem := next(self.rest, None)) is not None:
             ids = encode(self.tok, problem)
             if self.lo <= len(ids) <= self.hi:
                 self.kept.append(ids)

@@ -74,7 +74,7 @@ class Generator:
         if not runner.graphs_on:
             return
         how = runner.mode(spec.sampling.temperature, spec.sampling.top_k)
-        top = next(b for b in runner.buckets if b >= min(spec.batch_size, self.engine.config.max_batch))
+        top = runner.bucket(min(spec.batch_size, self.engine.config.max_batch))
         missing = [b for b in runner.buckets if b <= top and (b, how) not in runner.graphs]
         if missing:
             runner.capture(missing, how)
@@ -93,8 +93,7 @@ class Generator:
     def info(self):
         """The engine's own memory split and the knobs that decide its speed."""
         mem, cfg, runner = self.engine.memory(), self.engine.config, self.engine.runner
-        rows = self.spec.batch_size if self.spec else cfg.max_batch
-        bucket = next(b for b in runner.buckets if b >= min(rows, cfg.max_batch))
+        bucket = runner.bucket(min(self.spec.batch_size if self.spec else cfg.max_batch, cfg.max_batch))
 
         def splits(b):  # with options per batch size, each bucket was captured with its own
             opts = cfg.decode_options_for(b) if runner.per_bucket else None

@@ -86,7 +86,7 @@ def step_sweep(engine, prompts: list[list[int]], new_tokens: int, candidates=CAN
     assert not sched.has_work, "step_sweep needs an idle engine"
     chunk = runner.cfg.decode_chunk
     running = to_mid_generation(engine, prompts, new_tokens, chunk)
-    bucket = next(b for b in runner.buckets if b >= len(running))
+    bucket = runner.bucket(len(running))
     own_opts, own_graph = runner.decode_options(), runner.graphs.pop((bucket, "greedy"), None)
     graphs, ms = {}, {}
     try:

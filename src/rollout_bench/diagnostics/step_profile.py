@@ -148,7 +148,7 @@ def profile(engine, prompts: list[list[int]], new_tokens: int, steps: int | None
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
     try:
         running = to_mid_generation(engine, prompts, new_tokens, steps)
-        bucket = next(b for b in runner.buckets if b >= len(running))
+        bucket = runner.bucket(len(running))
         if runner.graphs_on and (bucket, "greedy") not in runner.graphs:
             runner.capture([bucket], "greedy")
         graph = runner.graphs.get((bucket, "greedy")) if runner.graphs_on else None

@@ -339,7 +339,7 @@ class ModelRunner:
     def decode(self, seqs: list[Sequence], steps: int) -> tuple[list[list[int]], list[list[float]]]:
         """`steps` decode steps for `seqs` (pages reserved, table synced) -> tokens, logprobs per row."""
         assert 1 <= steps <= self.cfg.max_chunk and seqs
-        bucket = next(b for b in self.buckets if b >= len(seqs))
+        bucket = self.bucket(len(seqs))
         how = sampler.mode([(s.temperature, s.top_k) for s in seqs], self.cfg.sampler_topk_cap, self.vocab)
         if self.graphs_on and (bucket, how) not in self.graphs:
             self.capture([bucket], how)
@@ -355,6 +355,10 @@ class ModelRunner:
         tok = self.out_tok[:n, :steps].cpu()  # the one host sync of the chunk
         lp = self.out_lp[:n, :steps].cpu()
         return tok.tolist(), lp.tolist()
+
+    def bucket(self, rows: int) -> int:
+        """The graph bucket `rows` rows decode in: the smallest at least as large."""
+        return next(b for b in self.buckets if b >= rows)
 
     def mode(self, temperature: float, top_k: int) -> str:
         """The sampling path (sampler.mode) of rows that all sample with these parameters."""
