@@ -88,13 +88,15 @@ def test_cluster_jobs_went_through_sbatch_and_sacct_lists_them(cpu_runs):
     assert sorted(run.submitted) == sorted(r["id"] for r in run.accounted), (run.submitted, run.accounted)
     assert {r["state"] for r in run.accounted} == {"COMPLETED"}, run.accounted
     rules = sorted(r["rule"] for r in run.accounted)
-    # the model asset and every generation job on the cluster; the cheap rules (tokenizer, dataset,
-    # aggregate, render) stayed on the submit host
-    assert rules == ["generate", "generate", "model"], rules
+    # the model asset and the generation job (one process serves both batch sizes) on the cluster; the cheap
+    # rules (tokenizer, dataset, aggregate, render) stayed on the submit host
+    assert rules == ["generate__qwen3_tiny_hf_generate_default_base", "model"], rules
 
 
 def _stats(workdir: Path) -> list[str]:
-    return sorted(str(p.relative_to(workdir)) for p in (workdir / "results/generate").rglob("*.json"))
+    """Every cell's stats file (a job's record, job-*.json, is not one)."""
+    return sorted(str(p.relative_to(workdir)) for p in (workdir / "results/generate").rglob("*.json")
+                  if not p.name.startswith("job-"))
 
 
 def _shape(table: str) -> list[str]:
@@ -134,7 +136,8 @@ def test_gpu_rules_ask_slurm_for_gpus_and_lease_its_grant(gpu_run):
     from rollout_bench import stats
 
     assert {r["state"] for r in gpu_run.accounted} == {"COMPLETED"}, gpu_run.accounted
-    assert [(r["rule"], "gres/gpu=1" in r["tres"]) for r in gpu_run.accounted] == [("generate", True)]
+    assert [(r["rule"], "gres/gpu=1" in r["tres"]) for r in gpu_run.accounted] == [
+        ("generate__qwen3_tiny_hf_static_default_base", True)]
     (path,) = _stats(gpu_run.workdir)
     rec = stats.load(gpu_run.workdir / path)
     assert rec["status"] == "skipped" and rec["gpu_ids"] in ([0], [1]), rec  # the GPU SLURM granted
