@@ -23,6 +23,7 @@ localrules:
     tokenizer,
     dataset,
     learnable_dataset,
+    band,
     compare,
     aggregate_generate,
     render_generate,

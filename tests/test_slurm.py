@@ -196,3 +196,21 @@ def test_renumbered_grants_do_not_queue_behind_one_lock(slurm, tmp_path):
     assert _overlap(a, b), "the second lease waited for the first"
     for r in (a, b):
         assert (tmp_path / "locks" / f"slurm-{r['job']}" / "gpu0.lock").exists()
+
+
+def test_profile_sizes_name_rules_of_the_workflow():
+    """`set-resources` takes a rule's name: a key naming no rule (as `generate` did once generation jobs got a
+    rule each) sizes nothing, silently. Every rule that goes to the cluster is sized by a key of its own or by
+    `default-resources`, which fit a generation job."""
+    profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
+    r = snakemake(ROOT, "--list-rules", "--config", "profile=gpu", "--resources", "gpu=1",
+                  env={"ROLLOUT_BENCH_GPU_COUNT": "1"})
+    rules = set(r.stdout.split())
+    assert any(n.startswith("generate__") for n in rules), r.stdout
+    sized = set(profile["set-resources"])
+    assert sized <= rules, sized - rules
+    snakefile = (ROOT / "Snakefile").read_text()
+    local = set(re.search(r"^localrules:\n((?:    \w+,?\n)+)", snakefile, re.M).group(1).replace(",", "").split())
+    assert local <= rules and not local & sized, (local - rules, local & sized)
+    defaults = profile["default-resources"]
+    assert defaults["runtime"] >= 60 and defaults["mem_mb"] >= 64000, defaults
