@@ -79,11 +79,11 @@ rule warmstart:
     input:
         model="results/assets/models/{model}",
         dataset="results/assets/dataset-learnable",
-        code=code("assets.warmstart", "gpu_lease"),
+        code=code("assets.warmstart", "host.gpu_lease"),
     output:
         directory("results/assets/models/{model}-warm"),
     params:
-        spec=lambda wc: json.dumps(rb_config.warmstart_spec(CFG, wc.model), sort_keys=True),
+        spec=lambda wc: json.dumps(rb_jobs.warmstart_spec(CFG, wc.model), sort_keys=True),
     log:
         "results/logs/assets/warmstart_{model}.log",
     benchmark:

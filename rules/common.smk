@@ -9,14 +9,16 @@ sys.path.insert(0, _SRC_DIR)
 # jobs run `python -m rollout_bench ...`: make them import this checkout's package
 shell.prefix(f"export PYTHONPATH={_SRC_DIR}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
+from rollout_bench import MODEL_CONFIGS
 from rollout_bench import backends as rb_backends
-from rollout_bench import compile_cache as rb_compile_cache
-from rollout_bench import config as rb_config
-from rollout_bench import gpu_lease as rb_lease
-from rollout_bench import invalid_stats as rb_invalid_stats
-from rollout_bench import plan as rb_plan
-from rollout_bench import sources as rb_sources
 from rollout_bench.grpo import availability as rb_grpo_availability
+from rollout_bench.host import compile_cache as rb_compile_cache
+from rollout_bench.host import gpu_lease as rb_lease
+from rollout_bench.pipeline import config as rb_config
+from rollout_bench.pipeline import invalid_stats as rb_invalid_stats
+from rollout_bench.pipeline import jobs as rb_jobs
+from rollout_bench.pipeline import plan as rb_plan
+from rollout_bench.pipeline import sources as rb_sources
 
 # A cluster job re-reads the workflow on its compute node (`--mode remote`), without --resources.
 CLUSTER_JOB = workflow.remote_exec
@@ -36,15 +38,15 @@ except rb_config.ConfigError as e:
     raise WorkflowError(str(e)) from None
 
 GPU_PER_JOB = 1 if rb_config.uses_gpu(CFG) else 0
-GEN_GROUPS = rb_config.gen_groups(CFG)
+GEN_GROUPS = rb_jobs.gen_groups(CFG)
 GEN_STATS = [c.path for g in GEN_GROUPS for c in g.cells]
-TRAIN_STATS = [j.path for j in rb_config.train_jobs(CFG)]
-COMPARE_PATHS = rb_config.compare_paths(CFG)
-BAND_PATHS = rb_config.band_paths(CFG)
-DECODE_PROFILE_PATHS = rb_config.decode_profile_paths(CFG)
-_BY_SLUG = {rb_config.model_slug(m): m for m in rb_config.all_models(CFG)}
+TRAIN_STATS = [j.path for j in rb_jobs.train_jobs(CFG)]
+COMPARE_PATHS = rb_jobs.compare_paths(CFG)
+BAND_PATHS = rb_jobs.band_paths(CFG)
+DECODE_PROFILE_PATHS = rb_jobs.decode_profile_paths(CFG)
+_BY_SLUG = {rb_jobs.model_slug(m): m for m in rb_jobs.all_models(CFG)}
 # config/models names: the random-init model dirs the `model` rule builds, and the bases `warmstart` starts from
-CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in rb_config.MODEL_CONFIGS.glob("*.json")))
+CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in MODEL_CONFIGS.glob("*.json")))
 
 # A dry run shows the plan on any machine (no GPU needed) and what its GPU jobs should take; a real run on a host
 # without the GPUs it asks for stops here.
@@ -68,7 +70,7 @@ except WorkflowError:  # a dry run without --cores
 # lease pins each job to its GPU's share of the host's CPUs (cpu_share.py), recorded in its stats.
 GPU_JOB_THREADS = max(1, _cores // max(1, _gpu_budget or 1)) if GPU_PER_JOB else 1
 # every GPU job runs under the lease: its GPUs, its CPU share, its line in the lease log
-_LEASE = (f"python -m rollout_bench.gpu_lease --gpus {GPU_PER_JOB} --lock-dir {CFG['gpu']['lock_dir']} "
+_LEASE = (f"python -m rollout_bench.host.gpu_lease --gpus {GPU_PER_JOB} --lock-dir {CFG['gpu']['lock_dir']} "
           f"--slots {CFG['gpu']['jobs_per_gpu']} {'--timing-lock ' if CFG['gpu']['timing_lock'] else ''}"
           f"{'' if CFG['gpu']['pin_cpus'] else '--no-pin-cpus '}")
 LEASE = f"{_LEASE}--job {{output}} "
@@ -117,7 +119,7 @@ def code(*entries, skip_lazy=()):
 
 def backend_sources_of(backend):
     """Editing a backend's code reruns that backend's jobs only (docs/design.md §2)."""
-    return code("cli:_generate", "gpu_lease", f"backends.{backend}",
+    return code("pipeline.cli:_generate", "host.gpu_lease", f"backends.{backend}",
                 skip_lazy=rb_sources.other_backends(backend, rb_backends.NAMES))
 
 
@@ -128,14 +130,14 @@ def model_source(slug):
 def model_dir(slug):
     """Where backends load the model from: the materialised (random or warm) dir, or the user's dir / hub id."""
     src = model_source(slug)
-    return f"results/assets/models/{slug}" if rb_config.model_assets.resolve(src) in ("config", "warm") else src
+    return f"results/assets/models/{slug}" if rb_jobs.model_assets.resolve(src) in ("config", "warm") else src
 
 
 def model_input_of(model):
     """`model` (a config entry or a slug) as a job input: the dir the pipeline builds, or the user's own dir."""
-    slug = rb_config.model_slug(model)
+    slug = rb_jobs.model_slug(model)
     src = model_source(slug)
-    kind = rb_config.model_assets.resolve(src)
+    kind = rb_jobs.model_assets.resolve(src)
     built = [f"results/assets/models/{slug}"]
     return {"config": built, "warm": built, "dir": [src], "hub": []}[kind]
 
@@ -164,7 +166,7 @@ def dataset_input(source=None):
 
 
 def cell_workload(cell):
-    return rb_config.job_workload(CFG, cell.model, cell.backend, cell.case, cell.batch_size)
+    return rb_jobs.job_workload(CFG, cell.model, cell.backend, cell.case, cell.batch_size)
 
 
 def group_datasets(group):
@@ -183,7 +185,7 @@ def autotune_input_of(model, backend):
     """flex jobs, generation and GRPO rollouts, replay the model's tuned decode kernel options when autotune is
     enabled (a warm start's are its random base's)."""
     if backend == "flex" and CFG["autotune"]["enabled"]:
-        return [f"results/autotune/{rb_config.autotune_slug(model_source(rb_config.model_slug(model)))}/decode_opts.json"]
+        return [f"results/autotune/{rb_jobs.autotune_slug(model_source(rb_jobs.model_slug(model)))}/decode_opts.json"]
     return []
 
 
@@ -198,13 +200,13 @@ def backend_env_of(backend):
 
 
 def train_sources(wc):
-    return code("grpo.cli:_train", "gpu_lease",
+    return code("grpo.cli:_train", "host.gpu_lease",
                 skip_lazy=rb_sources.other_backends(wc.backend, rb_grpo_availability.NAMES))
 
 
 def train_workload(wc):
-    return rb_config.train_workload(CFG, model_source(wc.model), wc.backend, *rb_config.parse_seed(wc.seed))
+    return rb_jobs.train_workload(CFG, model_source(wc.model), wc.backend, *rb_jobs.parse_seed(wc.seed))
 
 
 def train_path(model_slug, backend, seed):
-    return rb_config.train_path(model_slug, backend, CFG["train"]["steps"], seed)
+    return rb_jobs.train_path(model_slug, backend, CFG["train"]["steps"], seed)

@@ -48,11 +48,11 @@ for _g in GEN_GROUPS:
 rule autotune:
     input:
         model=model_input,
-        code=code("cli:_autotune", "gpu_lease"),
+        code=code("pipeline.cli:_autotune", "host.gpu_lease"),
     output:
         "results/autotune/{model}/decode_opts.json",
     params:
-        workload=lambda wc: json.dumps(rb_config.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
+        workload=lambda wc: json.dumps(rb_jobs.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
         batch_sizes=",".join(map(str, CFG["autotune"]["batch_sizes"])),
         model_dir=lambda wc: model_dir(wc.model),
         cache=CFG["cache_dir"] or "",
@@ -79,11 +79,11 @@ rule decode_profile:
     input:
         model=model_input,
         autotune=lambda wc: [f"results/autotune/{wc.model}/decode_opts.json"] if CFG["autotune"]["enabled"] else [],
-        code=code("cli:_decode_profile", "gpu_lease"),
+        code=code("pipeline.cli:_decode_profile", "host.gpu_lease"),
     output:
         "results/decode_profile/{model}/decode_step.json",
     params:
-        workload=lambda wc: json.dumps(rb_config.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
+        workload=lambda wc: json.dumps(rb_jobs.autotune_workload(CFG, model_source(wc.model)), sort_keys=True),
         batch_sizes=",".join(map(str, CFG["decode_profile"]["batch_sizes"])),
         model_dir=lambda wc: model_dir(wc.model),
         cache=CFG["cache_dir"] or "",

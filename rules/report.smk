@@ -4,7 +4,7 @@
 rule aggregate_generate:
     input:
         stats=GEN_STATS,
-        code=code("cli:_aggregate"),
+        code=code("report.cli:_aggregate"),
     output:
         "results/summary/generate.csv",
     log:
@@ -18,7 +18,7 @@ rule aggregate_generate:
 rule render_generate:
     input:
         summary="results/summary/generate.csv",
-        code=code("cli:_render"),
+        code=code("report.cli:_render"),
     output:
         table=report("results/tables/generate.md", caption="../workflow/report/generate_table.rst",
                      category="Generation"),
@@ -47,7 +47,7 @@ rule render_generate:
 rule render_decode_profile:
     input:
         records=DECODE_PROFILE_PATHS,
-        code=code("cli:_render_decode_profile"),
+        code=code("report.cli:_render_decode_profile"),
     output:
         report("results/tables/decode_step.md", caption="../workflow/report/decode_step.rst", category="Generation"),
     log:

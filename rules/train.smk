@@ -46,7 +46,7 @@ rule train:
 rule band:
     input:
         refs=lambda wc: [train_path(wc.model, wc.ref, s) for s in CFG["train"]["seeds"]],
-        control=lambda wc: rb_config.control_paths(CFG, model_source(wc.model)),
+        control=lambda wc: rb_jobs.control_paths(CFG, model_source(wc.model)),
         code=code("grpo.cli:_band"),
     output:
         "results/band/{model}/{ref}.json",
@@ -84,7 +84,7 @@ rule render_train:
         stats=TRAIN_STATS,
         comparisons=COMPARE_PATHS,
         bands=BAND_PATHS,
-        code=code("grpo.cli:_render"),
+        code=code("report.cli:_render_train"),
     output:
         train_table=report("results/tables/train.md", caption="../workflow/report/train_table.rst",
                            category="Training"),

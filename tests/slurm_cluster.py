@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollout_bench.gpu_lease import free_port
+from rollout_bench.host.gpu_lease import free_port
 
 DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "sacct", "sacctmgr", "sinfo", "scontrol", "scancel", "mariadb")

@@ -4,8 +4,8 @@ import pytest
 import torch
 import yaml
 
-from rollout_bench import config
 from rollout_bench.assets import chat, dataset, lora, prompts, tokenizer
+from rollout_bench.pipeline import config, jobs
 
 from .conftest import ROOT
 
@@ -106,8 +106,8 @@ def test_every_shipped_profile_job_gets_prompts_of_its_own_per_round(tmp_path):
     for profile in ("cpu", "smoke", "gpu"):
         cfg = config.resolve({**raw, "profile": profile})
         need = {}
-        for j in config.gen_jobs(cfg):
-            wl = config.job_workload(cfg, j.model, j.backend, j.case, j.batch_size)
+        for j in jobs.gen_jobs(cfg):
+            wl = jobs.job_workload(cfg, j.model, j.backend, j.case, j.batch_size)
             if wl["dataset"] == "synthetic":
                 key = (tuple(wl["prompt_tokens"]), wl["shuffle_seed"])
                 need[key] = max(need.get(key, 0), wl["n_prompts"] * wl["rounds"] + wl["warmup_prompts"])

@@ -3,7 +3,7 @@ import stat
 
 import pytest
 
-from rollout_bench import atomic
+from rollout_bench.core import atomic
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o002])

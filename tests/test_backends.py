@@ -1,4 +1,5 @@
-from rollout_bench import backends, envinfo
+from rollout_bench import backends
+from rollout_bench.core import envinfo
 
 
 def test_every_backend_module_follows_the_protocol():

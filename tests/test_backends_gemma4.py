@@ -10,9 +10,9 @@ import pytest
 from rollout_bench import backends
 from rollout_bench.backends import cb_sync, hf_generate, hf_static, transformers_cb
 from rollout_bench.backends import vllm as vllm_backend
+from rollout_bench.core.workload import GenSpec, Sampling
 from rollout_bench.diagnostics import random_model
 from rollout_bench.grpo import availability
-from rollout_bench.workload import GenSpec, Sampling
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -107,7 +107,7 @@ def test_vllm_skips_gemma4_from_the_config_alone(gemma4_dir, gemma4_e2b_config_d
     # no weights load and vllm is never imported (None in sys.modules: `import vllm` raises)
     with mock.patch("transformers.AutoModelForCausalLM.from_pretrained", side_effect=AssertionError("loaded")), \
             mock.patch.dict(sys.modules, {"vllm": None}), \
-            mock.patch("rollout_bench.envinfo.version", return_value=None):  # no vllm: the measured release named
+            mock.patch("rollout_bench.core.envinfo.version", return_value=None):  # no vllm: the measured release named
         e2b = vllm_backend.unsupported(gemma4_e2b_config_dir)
         tiny = vllm_backend.unsupported(gemma4_dir)
         mm = vllm_backend.unsupported(gemma4_multimodal_config_dir)
@@ -117,7 +117,7 @@ def test_vllm_skips_gemma4_from_the_config_alone(gemma4_dir, gemma4_e2b_config_d
     assert "sliding_attention layers head_dim 16, full_attention layers head_dim 32" in tiny
     assert mm and "head_dim 16" in mm and "head_dim 32" in mm
     assert vllm_backend.unsupported(qwen3_dir) is None
-    with mock.patch("rollout_bench.envinfo.version", return_value="0.27.1"):  # the installed release, named
+    with mock.patch("rollout_bench.core.envinfo.version", return_value="0.27.1"):  # the installed release, named
         assert vllm_backend.unsupported(gemma4_dir).startswith("vLLM 0.27.1 reads config.head_dim")
 
 

@@ -7,7 +7,7 @@ import torch
 
 from rollout_bench import MODEL_CONFIGS
 from rollout_bench.backends import cb_sync, hf_generate, hf_model, hf_static, transformers_cb
-from rollout_bench.workload import GenSpec, Sampling
+from rollout_bench.core.workload import GenSpec, Sampling
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [100, 200, 300, 400, 500, 600, 700], [42] * 11, [3, 1, 4, 1, 5, 9, 2, 6]]
 MAX_NEW = 10
@@ -107,7 +107,7 @@ def test_transformers_cb_persistent_manager_reused(model_dir, reference):
 
 def test_transformers_cb_in_harness_keeps_batch_size(model_dir):
     """The warm-up (1 prompt) builds the persistent manager; it must still run batch_size requests at once."""
-    from rollout_bench import generation  # imports jsonschema, which GPU-only images may lack
+    from rollout_bench.generation import measure  # imports jsonschema, which GPU-only images may lack
 
     spec = make_spec(model_dir, "paged_sdpa")
     gens = []
@@ -117,7 +117,7 @@ def test_transformers_cb_in_harness_keeps_batch_size(model_dir):
         return gens[-1]
 
     rounds = [PROMPTS, [[t + 1 for t in p] for p in PROMPTS]]  # each round's own prompts, the warm-up another
-    res = generation.measure(factory, spec, rounds, [[7, 7, 7]])
+    res = measure.measure(factory, spec, rounds, [[7, 7, 7]])
     assert res["fields"]["n_decoded_tokens"] == MAX_NEW * len(PROMPTS)
     assert res["fields"]["peak_memory_gb"]["reserved_cache_gb"] > 0
     assert gens[0].info() == {}  # closed by the harness

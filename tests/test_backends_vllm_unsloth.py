@@ -13,13 +13,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rollout_bench import ROOT, backends, envinfo
+from rollout_bench import ROOT, backends
 from rollout_bench.backends import hf_generate, hf_model
 from rollout_bench.backends import unsloth as us
 from rollout_bench.backends import vllm as vb
-from rollout_bench.deploy import wheelhouse as wh
+from rollout_bench.core import envinfo
+from rollout_bench.core.workload import SAMPLING_PRESETS, GenSpec, Sampling
 from rollout_bench.grpo import availability
-from rollout_bench.workload import SAMPLING_PRESETS, GenSpec, Sampling
+from rollout_bench.host import wheelhouse as wh
 
 
 def spec(**kw) -> GenSpec:
@@ -306,7 +307,7 @@ def wheel_source(project: str, version: str, member: str) -> str:
             return wh.open_wheel(d, project).read(member).decode()
     for w in root.glob(f"**/{project.replace('-', '_')}-{version}-*.whl"):
         return zipfile.ZipFile(w).read(member).decode()
-    pytest.skip(f"no {project}=={version} wheel under {root}: python -m rollout_bench.deploy.wheelhouse build "
+    pytest.skip(f"no {project}=={version} wheel under {root}: python -m rollout_bench.host.wheelhouse build "
                 f"{'vllm' if project == 'vllm' else 'unsloth'}")
 
 

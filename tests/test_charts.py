@@ -1,17 +1,15 @@
 """Charts a reader can use: full legend labels, a shape per case, a log step-time axis, and HTML that
 draws offline (the GPU hosts have no network), with a PNG beside every SVG."""
-import re
-from pathlib import Path
 
 import pandas as pd
 
-from rollout_bench import render
-from rollout_bench.grpo import report
+from rollout_bench.report import render
+from rollout_bench.report import train as report
 
 from .conftest import ROOT
+from .helpers import REMOTE_SCRIPT
 
 HEADLINE = ROOT / "results/published/h200-2026-11-29-vllm-unsloth/charts"
-REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", re.I)
 
 
 def summary():

@@ -1,7 +1,10 @@
 """Compile caches every GPU job shares; the commit of the code in every stats file; a dry run's plan."""
 import pytest
 
-from rollout_bench import compile_cache, envinfo, plan, trace
+from rollout_bench.core import envinfo
+from rollout_bench.generation import trace
+from rollout_bench.host import compile_cache
+from rollout_bench.pipeline import plan
 
 
 def test_caches_point_under_cache_dir_and_say_cold_then_warm(tmp_path):
@@ -28,7 +31,7 @@ def test_what_an_import_set_is_undone_and_the_users_own_kept():
 def test_the_commit_comes_from_git_or_from_whoever_carried_the_checkout(monkeypatch, tmp_path):
     v = envinfo.code_version()
     assert len(v["git_commit"]) == 40 and v["git_source"] == "git" and isinstance(v["git_dirty"], bool)
-    from rollout_bench import envinfo as e
+    from rollout_bench.core import envinfo as e
 
     monkeypatch.setattr("rollout_bench.ROOT", tmp_path)  # a copy without .git
     e.code_version.cache_clear()

@@ -1,5 +1,5 @@
 """What the stats say about completions that EOS ends: lengths, endings, occupancy."""
-from rollout_bench import completions
+from rollout_bench.generation import completions
 
 
 def test_lengths_endings_and_the_engines_own_occupancy():

@@ -5,9 +5,9 @@ import re
 import pytest
 import yaml
 
-from rollout_bench import config
 from rollout_bench.assets import warmstart
-from rollout_bench.config import ConfigError
+from rollout_bench.pipeline import config, jobs
+from rollout_bench.pipeline.config import ConfigError
 
 from .conftest import ROOT
 
@@ -34,9 +34,9 @@ def test_default_resolves_to_cpu_tiny(raw):
     cfg = config.resolve(raw)
     assert cfg["models"] == ["qwen3-tiny", "llama-tiny", "gemma4-tiny"]
     assert cfg["workload"]["ignore_eos"] is True and cfg["lora"]["rank"] == 32
-    jobs = config.gen_jobs(cfg)
-    assert jobs and all(j.path.startswith("results/generate/") for j in jobs)
-    assert len({j.path for j in jobs}) == len(jobs)
+    gen = jobs.gen_jobs(cfg)
+    assert gen and all(j.path.startswith("results/generate/") for j in gen)
+    assert len({j.path for j in gen}) == len(gen)
 
 
 def test_gpu_profile_is_the_qwen3_4b_workload(raw):
@@ -44,23 +44,23 @@ def test_gpu_profile_is_the_qwen3_4b_workload(raw):
     assert cfg["models"] == ["qwen3-4b", "llama-3.2-3b", "gemma-4-e2b"]
     # the other two families run greedy and LoRA at B = 64 and the sweep; the rest is the 4B's alone
     cases = {}
-    for j in config.gen_jobs(cfg):
+    for j in jobs.gen_jobs(cfg):
         cases.setdefault(j.model, set()).add(j.case)
     assert cases["llama-3.2-3b"] == cases["gemma-4-e2b"] == {"greedy", "lora", "sweep"}
     assert cases["qwen3-4b"] == {"greedy", "lora", "sweep", "lora_sweep", "lora_eqv", "grpo_group"}
     # the 4B's LoRA sweep: flex against vLLM at every batch the plain sweep runs, with the shared adapter
-    lora_sweep = {(j.backend, j.batch_size) for j in config.gen_jobs(cfg) if j.case == "lora_sweep"}
+    lora_sweep = {(j.backend, j.batch_size) for j in jobs.gen_jobs(cfg) if j.case == "lora_sweep"}
     assert lora_sweep == {(b, n) for b in ("flex", "vllm") for n in (8, 16, 32, 128, 256)}
-    assert config.job_workload(cfg, "qwen3-4b", "vllm", "lora_sweep", 8)["lora_rank"] == 32
-    assert cases["qwen3-4b-warm"] == {"realistic", "realistic_t1"} and "gemma-4-e2b-warm" not in config.all_models(cfg)
-    wl = config.job_workload(cfg, "qwen3-4b", "flex", "greedy", 64)
+    assert jobs.job_workload(cfg, "qwen3-4b", "vllm", "lora_sweep", 8)["lora_rank"] == 32
+    assert cases["qwen3-4b-warm"] == {"realistic", "realistic_t1"} and "gemma-4-e2b-warm" not in jobs.all_models(cfg)
+    wl = jobs.job_workload(cfg, "qwen3-4b", "flex", "greedy", 64)
     assert (wl["max_new_tokens"], wl["n_prompts"], wl["prompt_tokens"], wl["device"], wl["dtype"]) == \
         (512, 64, [128, 256], "cuda", "bfloat16")
-    group = config.job_workload(cfg, "qwen3-4b", "flex", "grpo_group", 256)
+    group = jobs.job_workload(cfg, "qwen3-4b", "flex", "grpo_group", 256)
     assert group["n_prompts"] == 64 and group["num_generations"] == 4 and group["lora_rank"] == 32
     assert group["sampling"] == {"temperature": 0.1, "top_p": 0.97, "top_k": 5, "min_p": 0.5, "seed": 3407}
     # a case's own variants replace the top-level ones for that case only
-    flex = {(j.case, j.variant) for j in config.gen_jobs(cfg) if j.backend == "flex"}
+    flex = {(j.case, j.variant) for j in jobs.gen_jobs(cfg) if j.backend == "flex"}
     assert {("greedy", "graphs"), ("greedy", "eager"), ("lora", "peft_unmerged"), ("sweep", "graphs")} <= flex
     assert ("sweep", "eager") not in flex and ("lora", "eager") not in flex
 
@@ -179,9 +179,9 @@ def test_user_keys_win_over_the_profile(raw):
     """The cpu profile sets max_new_tokens, models and train.steps; the user's own values must reach the job."""
     user = {"workload": {"max_new_tokens": 7}, "models": ["llama-tiny"], "train": {"steps": 1}}
     cfg = config.resolve(config._deep_merge(raw, user), user)
-    assert config.job_workload(cfg, "llama-tiny", "hf_generate", "greedy", 4)["max_new_tokens"] == 7
-    assert {j.model for j in config.gen_jobs(cfg)} == {"llama-tiny", "llama-tiny-warm"}  # the warm case follows
-    assert {j.steps for j in config.train_jobs(cfg)} == {1}
+    assert jobs.job_workload(cfg, "llama-tiny", "hf_generate", "greedy", 4)["max_new_tokens"] == 7
+    assert {j.model for j in jobs.gen_jobs(cfg)} == {"llama-tiny", "llama-tiny-warm"}  # the warm case follows
+    assert {j.steps for j in jobs.train_jobs(cfg)} == {1}
     # what the user did not set is still the profile's
     assert cfg["workload"]["rounds"] == 2 and cfg["train"]["max_completion_length"] == 96
     assert cfg["train"]["models"] == ["llama-tiny-warm"]  # the profile's warm start follows the user's models
@@ -230,12 +230,12 @@ def test_autotune_needs_tokens_to_time(raw):
 
 def test_decode_profile_is_one_job_per_flex_model_and_needs_tokens_to_time(raw):
     cfg = config.resolve({**raw, "profile": "cpu"})
-    assert config.decode_profile_paths(cfg) == []  # off unless asked for
+    assert jobs.decode_profile_paths(cfg) == []  # off unless asked for
     cfg = config.resolve({**raw, "profile": "cpu"}, {"decode_profile": {"enabled": True}})
     # the warm starts' flex jobs replay their random bases' options: one profile per base
-    assert config.decode_profile_paths(cfg) == [f"results/decode_profile/{m}/decode_step.json"
+    assert jobs.decode_profile_paths(cfg) == [f"results/decode_profile/{m}/decode_step.json"
                                                 for m in ("qwen3-tiny", "llama-tiny", "gemma4-tiny")]
-    assert config.decode_profile_paths(config.resolve({**raw, "profile": "cpu"}, {
+    assert jobs.decode_profile_paths(config.resolve({**raw, "profile": "cpu"}, {
         "decode_profile": {"enabled": True}, "backends": ["hf_generate"]})) == []
     with pytest.raises(config.ConfigError, match="max_new_tokens: 16 leaves nothing to time for the decode profile "
                                                  ".* or set decode_profile.enabled false"):
@@ -247,21 +247,21 @@ def test_cpu_profile_trains_the_warm_tiny_models_on_the_learnable_task(raw):
     cfg = config.resolve(raw)
     assert cfg["train"]["warm"] and cfg["train"]["dataset"] == "learnable"
     assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm"]
-    assert {j.model for j in config.train_jobs(cfg)} == {"qwen3-tiny-warm", "llama-tiny-warm"}
+    assert {j.model for j in jobs.train_jobs(cfg)} == {"qwen3-tiny-warm", "llama-tiny-warm"}
     # generation stays random but for the case with EOS on; gemma4-tiny has no warm start (warmstart.only)
-    gen = config.gen_jobs(cfg)
+    gen = jobs.gen_jobs(cfg)
     assert {j.model for j in gen if j.case != "realistic"} == {"qwen3-tiny", "llama-tiny", "gemma4-tiny"}
     assert {j.model for j in gen if j.case == "realistic"} == {"qwen3-tiny-warm", "llama-tiny-warm"}
     assert {(j.backend, j.variant, j.case) for j in gen if j.model == "gemma4-tiny"} >= {
         ("flex", "eager", "greedy"), ("flex", "eager", "lora"), ("transformers_cb", "paged_sdpa", "greedy")}
-    wl = config.train_workload(cfg, "qwen3-tiny-warm", "hf_generate", 3408)
+    wl = jobs.train_workload(cfg, "qwen3-tiny-warm", "hf_generate", 3408)
     assert wl["dataset"] == "learnable" and wl["dtype"] == "float32" and wl["sampling"]["temperature"] == 1.0
     # a few steps of the learn case: 2 prompts x 4 completions; the seed seeds the trainer and the sampler alike
     assert wl["per_device_train_batch_size"] == 8 and wl["seed"] == wl["sampling"]["seed"] == 3408
     assert (wl["is_mode"], wl["is_clip_min"], wl["is_clip_max"]) == ("token_truncate", None, 3.0)
     assert all(p.startswith("results/compare/qwen3-tiny-warm/") or p.startswith("results/compare/llama-tiny-warm/")
-               for p in config.compare_paths(cfg))
-    spec = config.warmstart_spec(cfg, "qwen3-tiny")
+               for p in jobs.compare_paths(cfg))
+    spec = jobs.warmstart_spec(cfg, "qwen3-tiny")
     assert spec["gates"]["accuracy_band"] is None and spec["gates"]["eos_rate"] == 0.95  # not gated on CPU
     assert spec["sft"]["steps"] > 0 and spec["eval"]["group_size"] == 8
     # the schema's defaults and SFTSpec's are one set of knobs: the tests' tiny warm start (SFTSpec()) is the rule's
@@ -274,21 +274,21 @@ def test_smoke_profile_trains_a_tiny_model_vllm_takes_in_bf16(raw):
     assert not cfg["train"]["warm"] and cfg["train"]["models"] == ["qwen3-tiny-hd64"] and cfg["train"]["dataset"] == "synthetic"
     model_cfg = json.loads((ROOT / "config/models/qwen3-tiny-hd64.json").read_text())
     assert model_cfg["head_dim"] == 64 and model_cfg["torch_dtype"] == "bfloat16"
-    assert config.train_workload(cfg, "qwen3-tiny-hd64", "vllm", 3407)["dtype"] == "bfloat16"
+    assert jobs.train_workload(cfg, "qwen3-tiny-hd64", "vllm", 3407)["dtype"] == "bfloat16"
     # vLLM's max_model_len is the longest prompt plus this: at 16 or 64 new tokens FlashAttention-3 crashed at start-up
-    assert config.train_workload(cfg, "qwen3-tiny-hd64", "vllm", 3407)["max_new_tokens"] == 512
-    assert config.train_workload(cfg, "qwen3-tiny-hd64", "flex", 3407)["dataset"] == "synthetic"
-    assert any(j.frozen for j in config.train_jobs(cfg))  # the control's path runs too
+    assert jobs.train_workload(cfg, "qwen3-tiny-hd64", "vllm", 3407)["max_new_tokens"] == 512
+    assert jobs.train_workload(cfg, "qwen3-tiny-hd64", "flex", 3407)["dataset"] == "synthetic"
+    assert any(j.frozen for j in jobs.train_jobs(cfg))  # the control's path runs too
     # its tiny warm start (the realistic case's) cannot do sums: its accuracy is recorded, not gated
-    assert config.warmstart_spec(cfg, "qwen3-tiny")["gates"]["accuracy_band"] is None
+    assert jobs.warmstart_spec(cfg, "qwen3-tiny")["gates"]["accuracy_band"] is None
 
 
 def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     cfg = resolve_with(raw, profile="gpu")
     # the learner is qwen3-small's warm start, its accuracy gated; the 4B's (the speed model's) is recorded, and so is
     # the 0.6B's, now a config switch
-    learner, speed = config.warmstart_spec(cfg, "qwen3-small"), config.warmstart_spec(cfg, "qwen3-4b")
-    assert config.warmstart_spec(cfg, "qwen3-0.6b")["gates"]["accuracy_band"] is None
+    learner, speed = jobs.warmstart_spec(cfg, "qwen3-small"), jobs.warmstart_spec(cfg, "qwen3-4b")
+    assert jobs.warmstart_spec(cfg, "qwen3-0.6b")["gates"]["accuracy_band"] is None
     assert learner["gates"]["accuracy_band"] == [0.15, 0.70] and speed["gates"]["accuracy_band"] is None
     assert learner["sft"]["stop_at_accuracy"] == 0.4 and learner["sft"]["probe_every"] > 0
     assert speed["sft"]["stop_at_accuracy"] is None and speed["sft"]["max_seconds"] <= 360  # the issue's 6 minutes
@@ -298,31 +298,31 @@ def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     assert tr["models"] == ["qwen3-small-warm"] and tr["dataset"] == "learnable" and tr["max_wall_s"]
     # the learner's worked solutions slip (GRPO's room to sharpen); the CPU tiny models', which cannot do sums, do not
     assert cfg["warmstart"]["slip_rate"] == 0.3 and resolve_with(raw)["warmstart"]["slip_rate"] == 0.0
-    assert "qwen3-4b-warm" in config.all_models(cfg) and "qwen3-small-warm" in config.all_models(cfg)
-    wl = config.train_workload(cfg, "qwen3-small-warm", "vllm", 3407)
+    assert "qwen3-4b-warm" in jobs.all_models(cfg) and "qwen3-small-warm" in jobs.all_models(cfg)
+    wl = jobs.train_workload(cfg, "qwen3-small-warm", "vllm", 3407)
     assert wl["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": 3407}
     assert (wl["num_generations"], wl["per_device_train_batch_size"]) == (8, 64) and wl["dtype"] == "bfloat16"
-    jobs = config.train_jobs(cfg)
-    assert sorted(j.seed for j in jobs if j.backend == "hf_generate" and not j.frozen) == [3407, 3408, 3409]
-    assert {j.seed for j in jobs if j.backend != "hf_generate"} == {3407}
+    runs = jobs.train_jobs(cfg)
+    assert sorted(j.seed for j in runs if j.backend == "hf_generate" and not j.frozen) == [3407, 3408, 3409]
+    assert {j.seed for j in runs if j.backend != "hf_generate"} == {3407}
     # the reference's frozen control: learning rate 0, same prompts (every run's prompt order is train.data_seed's)
-    frozen = [j for j in jobs if j.frozen]
+    frozen = [j for j in runs if j.frozen]
     assert [(j.backend, j.seed) for j in frozen] == [("hf_generate", 3407)]
     assert frozen[0].path == "results/train/qwen3-small-warm/hf_generate/steps100-seed3407-frozen.json"
-    assert config.parse_seed("3407-frozen") == (3407, True) and config.parse_seed("3408") == (3408, False)
-    assert config.control_paths(cfg, "qwen3-small-warm") == [frozen[0].path]
-    ctrl = config.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3407, frozen=True)
-    ref = config.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3407)
+    assert jobs.parse_seed("3407-frozen") == (3407, True) and jobs.parse_seed("3408") == (3408, False)
+    assert jobs.control_paths(cfg, "qwen3-small-warm") == [frozen[0].path]
+    ctrl = jobs.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3407, frozen=True)
+    ref = jobs.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3407)
     assert (ctrl["learning_rate"], ctrl["frozen"], ref["learning_rate"], ref["frozen"]) == (0.0, True, 1e-3, False)
     assert ctrl["data_seed"] == ref["data_seed"] == wl["data_seed"] == 3407
-    assert config.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3409)["data_seed"] == 3407
-    assert config.control_paths(resolve_with(raw, profile="gpu", profiles__gpu__train__frozen_control=False),
+    assert jobs.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3409)["data_seed"] == 3407
+    assert jobs.control_paths(resolve_with(raw, profile="gpu", profiles__gpu__train__frozen_control=False),
                                 "qwen3-small-warm") == []
-    assert config.band_paths(cfg) == ["results/band/qwen3-small-warm/hf_generate.json"]
+    assert jobs.band_paths(cfg) == ["results/band/qwen3-small-warm/hf_generate.json"]
     # the learner is a key of its own: the gpu profile can train another model than it generates with
     other = resolve_with(raw, profile="gpu", profiles__gpu__train__models=["llama-3.2-3b-warm"])
     assert other["train"]["models"] == ["llama-3.2-3b-warm"] and "llama-3.2-3b-warm" not in other["models"]
-    assert config.train_jobs(other)[0].path == "results/train/llama-3.2-3b-warm/hf_generate/steps100-seed3407.json"
+    assert jobs.train_jobs(other)[0].path == "results/train/llama-3.2-3b-warm/hf_generate/steps100-seed3407.json"
 
 
 @pytest.mark.parametrize("over,says", [
@@ -345,10 +345,10 @@ def test_bad_learn_case_keys_name_the_field(raw, over, says):
 def test_warmstart_only_keeps_other_models_cold(raw):
     cfg = resolve_with(raw, profiles__cpu__models=["gemma4-tiny", "llama-tiny"])
     assert cfg["train"]["models"] == ["llama-tiny-warm"]
-    assert {j.model for j in config.gen_jobs(cfg)} == {"gemma4-tiny", "llama-tiny", "llama-tiny-warm"}
+    assert {j.model for j in jobs.gen_jobs(cfg)} == {"gemma4-tiny", "llama-tiny", "llama-tiny-warm"}
     cfg = resolve_with(raw, profiles__cpu__models=["gemma4-tiny"])
-    assert cfg["train"]["models"] == [] and config.train_jobs(cfg) == [] and config.band_paths(cfg) == []
-    assert {j.case for j in config.gen_jobs(cfg)} == {"greedy", "lora", "grpo_group"}
+    assert cfg["train"]["models"] == [] and jobs.train_jobs(cfg) == [] and jobs.band_paths(cfg) == []
+    assert {j.case for j in jobs.gen_jobs(cfg)} == {"greedy", "lora", "grpo_group"}
     cfg = resolve_with(raw, profiles__cpu__warmstart__only=None)
     assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm", "gemma4-tiny-warm"]
     # named explicitly, a learner is trained whatever `only` says
@@ -361,9 +361,9 @@ def test_warm_model_names(raw):
 
     assert model_assets.resolve("qwen3-4b-warm") == "warm" and model_assets.warm_base("qwen3-4b-warm") == "qwen3-4b"
     assert model_assets.warm_base("qwen3-4b") is None and model_assets.warm_base("nope-warm") is None
-    assert config.workload_dtype(resolve_with(raw, profile="gpu"), "qwen3-4b-warm") == "bfloat16"
+    assert jobs.workload_dtype(resolve_with(raw, profile="gpu"), "qwen3-4b-warm") == "bfloat16"
     cfg = resolve_with(raw, profiles__cpu__models=["qwen3-tiny-warm", "llama-tiny"])
-    assert [j.model for j in config.gen_jobs(cfg)][:1] == ["qwen3-tiny-warm"]
+    assert [j.model for j in jobs.gen_jobs(cfg)][:1] == ["qwen3-tiny-warm"]
     assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm"]  # already warm: as it is
 
 
@@ -392,17 +392,17 @@ def test_bad_warm_start_keys_name_the_field(raw, over, field, says):
 @pytest.mark.parametrize("profile", ["gpu", "smoke", "cpu"])
 def test_realistic_case_runs_the_warm_start_with_eos_on_its_own_task(raw, profile):
     cfg = resolve_with(raw, profile=profile)
-    real = [j for j in config.gen_jobs(cfg) if j.case == "realistic"]
+    real = [j for j in jobs.gen_jobs(cfg) if j.case == "realistic"]
     warm = {"gpu": "qwen3-4b-warm", "smoke": "qwen3-tiny-warm", "cpu": "qwen3-tiny-warm"}[profile]
-    assert warm in {j.model for j in real} == set(config.case_models(cfg, cfg["workload"]["cases"]["realistic"]))
-    assert {j.model for j in config.gen_jobs(cfg) if j.case == "greedy"} == set(cfg["models"])  # others: as before
-    wl = config.job_workload(cfg, warm, real[0].backend, "realistic", real[0].batch_size)
+    assert warm in {j.model for j in real} == set(jobs.case_models(cfg, cfg["workload"]["cases"]["realistic"]))
+    assert {j.model for j in jobs.gen_jobs(cfg) if j.case == "greedy"} == set(cfg["models"])  # others: as before
+    wl = jobs.job_workload(cfg, warm, real[0].backend, "realistic", real[0].batch_size)
     assert wl["ignore_eos"] is False and wl["dataset"] == "learnable" and wl["prompt_tokens"] == [16, 512]
-    greedy = config.job_workload(cfg, cfg["models"][0], "hf_generate", "greedy", real[0].batch_size)
+    greedy = jobs.job_workload(cfg, cfg["models"][0], "hf_generate", "greedy", real[0].batch_size)
     assert greedy["ignore_eos"] is True and greedy["dataset"] == "synthetic"
-    assert warm in config.all_models(cfg) and warm.removesuffix("-warm") in config.all_models(cfg)
+    assert warm in jobs.all_models(cfg) and warm.removesuffix("-warm") in jobs.all_models(cfg)
     # flex on the warm start replays its random base's kernel options
-    assert config.autotune_slug(warm) == warm.removesuffix("-warm") and config.autotune_slug("x/y") == "x--y"
+    assert jobs.autotune_slug(warm) == warm.removesuffix("-warm") and jobs.autotune_slug("x/y") == "x--y"
 
 
 @pytest.mark.parametrize("case, field, says", [
@@ -423,7 +423,7 @@ def test_a_case_skips_its_skip_models_only(raw):
              "all": {"batch_sizes": [4]}}
     cfg = resolve_with(raw, profiles__cpu__workload__cases=cases)
     by_case = {}
-    for j in config.gen_jobs(cfg):
+    for j in jobs.gen_jobs(cfg):
         by_case.setdefault(j.case, set()).add(j.model)
     assert by_case["cold"] == {"llama-tiny"} and by_case["warm"] == {"llama-tiny-warm"}
     assert by_case["all"] == set(cfg["models"])
@@ -431,7 +431,7 @@ def test_a_case_skips_its_skip_models_only(raw):
     assert cfg["train"]["models"] == ["qwen3-tiny-warm", "llama-tiny-warm"]
     # a list of what to leave out: the user's own models run every case of the gpu profile
     mine = config.resolve({**raw, "profile": "gpu"}, {"models": ["qwen3-0.6b"]})
-    assert {(j.model, j.case) for j in config.gen_jobs(mine)} == \
+    assert {(j.model, j.case) for j in jobs.gen_jobs(mine)} == \
         {("qwen3-0.6b-warm" if c["warm"] else "qwen3-0.6b", n) for n, c in mine["workload"]["cases"].items()}
 
 
@@ -443,17 +443,17 @@ def test_grpo_speed_configfile_is_the_4b_step_time_pair(raw):
     tr = cfg["train"]
     assert (tr["models"], tr["steps"], tr["seeds"], tr["frozen_control"], tr["warm"]) == \
         (["qwen3-4b"], 30, [3407], False, False)
-    wl = config.train_workload(cfg, "qwen3-4b", "flex", 3407)
+    wl = jobs.train_workload(cfg, "qwen3-4b", "flex", 3407)
     assert (wl["prompts_per_step"], wl["num_generations"], wl["max_new_tokens"], wl["per_device_train_batch_size"]) \
         == (1, 4, 512, 4)
     assert wl["dataset"] != "learnable" and wl["learning_rate"] == 5.0e-6
-    paths = {j.path for j in config.train_jobs(cfg)}
+    paths = {j.path for j in jobs.train_jobs(cfg)}
     assert {f"results/train/qwen3-4b/{b}/steps30-seed3407.json" for b in ("flex", "vllm")} <= paths
 
 
 def test_the_headline_profile_is_one_job_an_engine_and_no_prompt_twice(raw):
     cfg = config.resolve({**raw, "profile": "headline"})
-    groups = {g.key: g for g in config.gen_groups(cfg)}
+    groups = {g.key: g for g in jobs.gen_groups(cfg)}
     assert set(groups) == {f"qwen3-4b/{b}/{lora}" for b in ("flex/graphs", "vllm/default") for lora in ("base", "lora")}
     base = groups["qwen3-4b/flex/graphs/base"]
     assert [(c.case, c.batch_size) for c in base.cells] == [("greedy", 1), ("greedy", 8), ("greedy", 64),
@@ -461,16 +461,16 @@ def test_the_headline_profile_is_one_job_an_engine_and_no_prompt_twice(raw):
     # every cell's prompts start after the ones before it, the same offsets for both backends
     spans = []
     for c in base.cells:
-        wl = {b: config.job_workload(cfg, c.model, b, c.case, c.batch_size) for b in ("flex", "vllm")}
+        wl = {b: jobs.job_workload(cfg, c.model, b, c.case, c.batch_size) for b in ("flex", "vllm")}
         assert wl["flex"]["prompt_offset"] == wl["vllm"]["prompt_offset"]
-        spans.append((wl["flex"]["prompt_offset"], config.prompts_needed(cfg, c.case, c.batch_size)[2]))
+        spans.append((wl["flex"]["prompt_offset"], jobs.prompts_needed(cfg, c.case, c.batch_size)[2]))
     assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:])) and spans[0][0] == 0
     assert sum(spans[-1]) <= cfg["dataset"]["n_problems"] * 0.95  # the synthetic set keeps ~99% in the window
-    rollout = config.job_workload(cfg, "qwen3-4b", "vllm", "rollout", 256)
+    rollout = jobs.job_workload(cfg, "qwen3-4b", "vllm", "rollout", 256)
     assert rollout["n_prompts"] == 64 and rollout["num_generations"] == 8 and rollout["trace"]["name"]
     assert rollout["max_new_tokens"] == 382 and rollout["ignore_eos"] and rollout["max_round_spread"] == 0.05
-    assert config.compare_paths(cfg) == [] and config.band_paths(cfg) == []  # step time only
-    assert {j.backend for j in config.train_jobs(cfg)} == {"flex", "vllm"}
+    assert jobs.compare_paths(cfg) == [] and jobs.band_paths(cfg) == []  # step time only
+    assert {j.backend for j in jobs.train_jobs(cfg)} == {"flex", "vllm"}
 
 
 def test_a_trace_case_must_ignore_eos_and_an_unknown_options_backend_is_refused(raw):

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from .test_pipeline import copy_tree, snakemake
+from .helpers import copy_tree, snakemake
 
 pytestmark = pytest.mark.slow  # snakemake dry runs, ~10 s each
 

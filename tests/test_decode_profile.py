@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from rollout_bench import decode_profile, render, stats
-from rollout_bench.diagnostics import step_profile
+from rollout_bench.core import stats
+from rollout_bench.diagnostics import decode_profile, step_profile
+from rollout_bench.report import render
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -7,10 +7,10 @@ from collections import Counter
 import pytest
 import torch
 
+from rollout_bench.core.workload import Sampling
 from rollout_bench.diagnostics import random_model
 from rollout_bench.engine import Engine, EngineConfig
 from rollout_bench.engine.sampler import request_seed
-from rollout_bench.workload import Sampling
 
 PAGE = 16
 MAX_NEW = 24

@@ -7,11 +7,11 @@ from unittest import mock
 import pytest
 import torch
 
+from rollout_bench.core.workload import LORA_TARGETS, Sampling
 from rollout_bench.diagnostics import random_model
 from rollout_bench.engine import Engine, EngineConfig, correctness, fa4, masks
 from rollout_bench.engine.kv_cache import KVCache
 from rollout_bench.engine.lora import sha256
-from rollout_bench.workload import LORA_TARGETS, Sampling
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -5,9 +5,9 @@ flex-decoding kernel."""
 import pytest
 import torch
 
+from rollout_bench.core.workload import Sampling
 from rollout_bench.diagnostics import random_model
 from rollout_bench.engine import Engine, EngineConfig
-from rollout_bench.workload import Sampling
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 P = 16
@@ -90,8 +90,8 @@ def test_offloaded_pristine_is_drift_free_and_holds_no_gpu_copy():
     double copy's bit for bit, through perturb+refresh cycles and a restore."""
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 
+    from rollout_bench.core.workload import LORA_TARGETS
     from rollout_bench.engine.lora import sha256
-    from rollout_bench.workload import LORA_TARGETS
 
     def peft(seed=0):
         base = random_model.build("qwen3-tiny", seed=seed, device="cuda", dtype=torch.bfloat16,
@@ -162,7 +162,7 @@ def test_a_cells_sampling_path_is_captured_before_its_rounds(model):
     from dataclasses import replace
 
     from rollout_bench.backends import flex
-    from rollout_bench.workload import GenSpec
+    from rollout_bench.core.workload import GenSpec
 
     engine = Engine(model, config(capture_all=True))
     spec = GenSpec(model_dir="-", adapter_dir=None, variant="graphs", batch_size=8, max_new_tokens=8,

@@ -2,11 +2,11 @@
 import pytest
 import torch
 
+from rollout_bench.core.workload import LORA_TARGETS as TARGETS
+from rollout_bench.core.workload import Sampling
 from rollout_bench.diagnostics import random_model
 from rollout_bench.engine import Engine, EngineConfig
 from rollout_bench.engine.lora import DoubleCopy, load_adapter, sha256
-from rollout_bench.workload import LORA_TARGETS as TARGETS
-from rollout_bench.workload import Sampling
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -5,12 +5,7 @@ import torch
 
 from rollout_bench.diagnostics import random_model
 from rollout_bench.engine import EngineConfig, masks
-from rollout_bench.engine.model_runner import (
-    ModelRunner,
-    decode_attention,
-    decode_rows,
-    dense_attention,
-)
+from rollout_bench.engine.model_runner import ModelRunner, decode_attention, decode_rows, dense_attention
 from rollout_bench.engine.page_table import PageTable
 from rollout_bench.engine.scheduler import Scheduler
 from rollout_bench.engine.sequence import Sequence
@@ -275,8 +270,8 @@ def test_compiled_layers_greedy_match_hf():
     """The layer code compiled as on CUDA (pre-attention with its K/V write, post-attention; Inductor on the CPU),
     attention on the dense path (Inductor's CPU flex template does not compile here, torch 2.13): greedy equals
     HF's through prefill and decode."""
+    from rollout_bench.core.workload import Sampling
     from rollout_bench.engine import Engine
-    from rollout_bench.workload import Sampling
 
     model = random_model.build("qwen3-tiny", seed=0, tie_word_embeddings=False)
     g = torch.Generator().manual_seed(1)

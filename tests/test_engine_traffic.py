@@ -6,9 +6,9 @@ import random
 import pytest
 import torch
 
+from rollout_bench.core.workload import Sampling
 from rollout_bench.diagnostics import random_model
 from rollout_bench.engine import Engine, EngineConfig, traffic
-from rollout_bench.workload import Sampling
 
 GREEDY = Sampling(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, seed=0)
 

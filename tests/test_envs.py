@@ -6,7 +6,7 @@ import yaml
 from packaging.requirements import Requirement
 
 from rollout_bench import ROOT
-from rollout_bench.deploy import wheelhouse as wh
+from rollout_bench.host import wheelhouse as wh
 
 ENVS = ROOT / "envs"
 HF_STACK = ("transformers", "peft", "trl", "datasets", "accelerate", "huggingface-hub", "tokenizers", "safetensors")
@@ -38,7 +38,7 @@ def test_env_file_is_a_conda_env_with_exact_pip_pins(group):
 @pytest.mark.parametrize("group", wh.GROUPS)
 def test_requirements_txt_matches_yaml(group):
     assert (ENVS / f"{group}.requirements.txt").read_text() == wh.render_requirements(group), (
-        f"envs/{group}.requirements.txt is stale: python -m rollout_bench.deploy.wheelhouse requirements {group} --write")
+        f"envs/{group}.requirements.txt is stale: python -m rollout_bench.host.wheelhouse requirements {group} --write")
 
 
 def test_core_pins_match_pyproject():

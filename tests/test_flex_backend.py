@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from rollout_bench.backends import flex, hf_generate, hf_model
+from rollout_bench.core.workload import GenSpec, Sampling
 from rollout_bench.diagnostics import random_model
-from rollout_bench.workload import GenSpec, Sampling
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [100, 200, 300, 400, 500, 600, 700], [42] * 11, list(range(300, 340))]
 
@@ -71,7 +71,7 @@ def test_last_round_reports_the_bytes_a_decode_read(dirs):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_copy_rate_is_measured_on_the_gpu():
-    from rollout_bench import copy_rate
+    from rollout_bench.host import copy_rate
 
     gbps = copy_rate.measure("cuda", gib=0.5)
     assert 100 < gbps < 20_000, gbps  # an H200 copies at ~4,300 GB/s (read + write)

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rollout_bench import generation_job, stats, trace
-from rollout_bench.workload import Sampling
+from rollout_bench.core import stats
+from rollout_bench.core.workload import Sampling
+from rollout_bench.generation import job as generation_job
+from rollout_bench.generation import trace
 
 from .conftest import ROOT
 
@@ -55,16 +57,16 @@ def test_one_process_serves_several_cells_on_one_engine(tiny_assets, tmp_path, m
 
 
 def test_a_failing_cell_is_recorded_and_the_next_one_runs(tiny_assets, tmp_path, monkeypatch):
-    from rollout_bench import generation
+    from rollout_bench.generation import measure
 
-    real = generation.measure_cell
+    real = measure.measure_cell
 
     def flaky(gen, spec, workload, attempts, warmup, cuda):
         if workload["case"] == "broken":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return real(gen, spec, workload, attempts, warmup, cuda)
 
-    monkeypatch.setattr(generation, "measure_cell", flaky)
+    monkeypatch.setattr(measure, "measure_cell", flaky)
     cs = cells(tmp_path, tiny_assets["dataset"], ("broken", 2, {}), ("greedy", 2, {}))
     job = generation_job.run_group(backend="hf_generate", variant="default", model="qwen3-tiny", cells=cs,
                                    model_dir=tiny_assets["model"], adapter_dir=None, out=str(tmp_path / "job.json"))
@@ -76,14 +78,14 @@ def test_a_failing_cell_is_recorded_and_the_next_one_runs(tiny_assets, tmp_path,
 
 KILLED = """
 import sys, time
-from rollout_bench import generation, generation_job
-real = generation.measure_cell
+from rollout_bench.generation import job as generation_job, measure
+real = measure.measure_cell
 def slow(gen, spec, workload, attempts, warmup, cuda):
     if workload["case"] == "second":
         print("SECOND", flush=True)
         time.sleep(120)
     return real(gen, spec, workload, attempts, warmup, cuda)
-generation.measure_cell = slow
+measure.measure_cell = slow
 cells = [generation_job.Cell(**c) for c in {cells}]
 generation_job.run_group(backend="hf_generate", variant="default", model="qwen3-tiny", cells=cells,
                          model_dir={model!r}, adapter_dir=None, out={job!r})

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from rollout_bench import gpu_lease
-from rollout_bench.gpu_lease import LeaseError
+from rollout_bench.host import gpu_lease
+from rollout_bench.host.gpu_lease import LeaseError
 
 RECORD = """
 import json, os, sys, time
@@ -26,7 +26,7 @@ def test_24_concurrent_jobs_on_8_simulated_gpus_never_share(tmp_path, monkeypatc
     for i in range(24):
         n = 2 if i % 4 == 0 else 1  # multi-GPU jobs are all-or-none
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "rollout_bench.gpu_lease", "--gpus", str(n), "--lock-dir", str(tmp_path / "locks"),
+            [sys.executable, "-m", "rollout_bench.host.gpu_lease", "--gpus", str(n), "--lock-dir", str(tmp_path / "locks"),
              "--", sys.executable, "-c", RECORD, str(log), "0.3"]))
     assert all(p.wait(timeout=120) == 0 for p in procs)
     rows = [json.loads(line) for line in log.read_text().splitlines()]

@@ -5,9 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rollout_bench import atomic, stats
-from rollout_bench.grpo import availability, compare, flex_rollout, job, report, verdict
-from rollout_bench.workload import LORA_TARGETS
+from rollout_bench.core import atomic, stats
+from rollout_bench.core.workload import LORA_TARGETS
+from rollout_bench.grpo import availability, compare, flex_rollout, job, verdict
+from rollout_bench.report import train as report
 
 STEPS, SEEDS, WINDOW = 8, (3407, 3408), 2
 WORKLOAD = {"lora_rank": 32, "lora_alpha": 64, "num_generations": 4, "prompts_per_step": 2,

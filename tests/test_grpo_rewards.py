@@ -1,7 +1,7 @@
 """The seed's four reward functions score known strings exactly as the seed notebook does."""
 import pytest
 
-from rollout_bench.grpo import rewards
+from rollout_bench.assets import rewards
 
 EOS = "<|endoftext|>"
 FUNCS = {f.__name__: f for f in rewards.build(EOS)}

@@ -7,11 +7,13 @@ import types
 import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from rollout_bench import stats
-from rollout_bench.grpo import compare, driver, report, rewards, timing
+from rollout_bench.assets import rewards
+from rollout_bench.core import stats
+from rollout_bench.grpo import compare, timing
 from rollout_bench.grpo.config import TrainSpec, check_optimizer
 from rollout_bench.grpo.phases import PHASES, PhaseClock
 from rollout_bench.grpo.stats_callback import StepStats
+from rollout_bench.report import train as report
 
 
 def _events(cb, step, *logs):
@@ -251,7 +253,7 @@ def test_compare_with_a_skipped_backend_says_why(tmp_path):
 
 def _band(tmp_path, *seeds, **kw):
     """The band of hf_generate runs under `seeds` (their losses shifted a little per seed)."""
-    from rollout_bench import atomic
+    from rollout_bench.core import atomic
     from rollout_bench.grpo import verdict
 
     refs = []

@@ -5,10 +5,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rollout_bench import stats
-from rollout_bench.grpo import availability, compare, driver, flex_rollout, job, report
+from rollout_bench.core import stats
+from rollout_bench.core.workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
+from rollout_bench.grpo import availability, compare, driver, flex_rollout, job
 from rollout_bench.grpo.config import TrainSpec
-from rollout_bench.workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
+from rollout_bench.report import train as report
 
 STEPS = 3
 WORKLOAD = {"lora_rank": 32, "lora_alpha": 64, "num_generations": 4, "max_new_tokens": 16, "ignore_eos": False,

@@ -9,8 +9,9 @@ import torch
 import yaml
 from trl.generation import vllm_generation
 
-from rollout_bench import ROOT, backends, config, smoke
+from rollout_bench import ROOT, backends
 from rollout_bench.grpo import vllm_colocate
+from rollout_bench.pipeline import config, jobs, smoke
 
 
 class FakeLLM:
@@ -91,10 +92,10 @@ def test_vllm_shares_its_gpu_only_with_a_fixed_kv_size():
 
 def test_the_smoke_profile_fixes_vllms_kv_size_in_generation_and_grpo():
     cfg = smoke.smoke_config()
-    gen = [config.job_workload(cfg, j.model, j.backend, j.case, j.batch_size)["options"]
-           for j in config.gen_jobs(cfg) if j.backend == "vllm"]
-    train = [config.train_workload(cfg, j.model, j.backend, j.seed)["options"]
-             for j in config.train_jobs(cfg) if j.backend == "vllm"]
+    gen = [jobs.job_workload(cfg, j.model, j.backend, j.case, j.batch_size)["options"]
+           for j in jobs.gen_jobs(cfg) if j.backend == "vllm"]
+    train = [jobs.train_workload(cfg, j.model, j.backend, j.seed)["options"]
+             for j in jobs.train_jobs(cfg) if j.backend == "vllm"]
     assert gen and train
     assert not any(backends.alone_on_gpu("vllm", o) for o in gen + train)
 

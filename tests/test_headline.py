@@ -2,7 +2,8 @@
 import copy
 import json
 
-from rollout_bench import headline, publish
+from rollout_bench.pipeline import publish
+from rollout_bench.report import headline
 
 from .conftest import ROOT
 

@@ -2,9 +2,11 @@
 import pytest
 
 from rollout_bench import __main__ as cli
-from rollout_bench import invalid_stats, stats
-from rollout_bench.grpo import compare, report
-from rollout_bench.workload import Sampling
+from rollout_bench.core import stats
+from rollout_bench.core.workload import Sampling
+from rollout_bench.grpo import compare
+from rollout_bench.pipeline import invalid_stats
+from rollout_bench.report import train as report
 
 WL = {"lora_rank": 0, "num_generations": 1, "sampling": Sampling().to_dict(), "ignore_eos": True,
       "max_new_tokens": 4}
@@ -62,7 +64,7 @@ def test_set_aside_moves_only_invalid_files(files, tmp_path):
 
 
 def test_a_corrupt_autotune_record_is_named(tmp_path):
-    from rollout_bench import kernel_tuning
+    from rollout_bench.backends import kernel_tuning
 
     p = tmp_path / "decode_opts.json"
     p.write_text('{"status": "o')

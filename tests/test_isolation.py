@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rollout_bench import cpu_share, gpu_lease, isolation
+from rollout_bench.host import cpu_share, gpu_lease, isolation
 
 
 def fake_sys(tmp_path, nodes: dict[int, str], gpu_nodes: dict[str, int]):
@@ -78,7 +78,7 @@ def test_lease_pins_the_job_and_sizes_its_threads(tmp_path, monkeypatch):
              "'omp': os.environ.get('OMP_NUM_THREADS'), 'cpus': os.environ.get('ROLLOUT_BENCH_CPUS'), "
              "'lease': os.environ.get('ROLLOUT_BENCH_LEASE')}))")
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi: the topology is unknown, as on a CPU host
-    out = subprocess.run([sys.executable, "-m", "rollout_bench.gpu_lease", "--gpus", "1", "--lock-dir",
+    out = subprocess.run([sys.executable, "-m", "rollout_bench.host.gpu_lease", "--gpus", "1", "--lock-dir",
                           str(tmp_path), "--job", "results/x.json", "--", sys.executable, "-c", probe],
                          capture_output=True, text=True, check=True)
     got = json.loads(out.stdout)
@@ -161,7 +161,7 @@ def test_timing_lock_keeps_timed_windows_apart(tmp_path):
 def test_a_pin_outside_the_host_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(gpu_lease.COUNT_VAR, "2")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    out = subprocess.run([sys.executable, "-m", "rollout_bench.gpu_lease", "--gpus", "1", "--pin", "5",
+    out = subprocess.run([sys.executable, "-m", "rollout_bench.host.gpu_lease", "--gpus", "1", "--pin", "5",
                           "--lock-dir", str(tmp_path), "--", "true"], capture_output=True, text=True, check=False)
     assert out.returncode == 3 and "gpu.pin names GPU(s) [5] but this host has [0, 1]" in out.stderr
 
@@ -183,7 +183,7 @@ def test_a_killed_lease_ends_its_job_and_logs_its_end(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     marker = tmp_path / "child_pid"
     child = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
-    lease = subprocess.Popen([sys.executable, "-m", "rollout_bench.gpu_lease", "--gpus", "1", "--lock-dir",
+    lease = subprocess.Popen([sys.executable, "-m", "rollout_bench.host.gpu_lease", "--gpus", "1", "--lock-dir",
                               str(tmp_path), "--", sys.executable, "-c", child])
     deadline = time.monotonic() + 30
     while not marker.exists() or not marker.read_text():

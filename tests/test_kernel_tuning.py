@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from rollout_bench import kernel_tuning
-from rollout_bench.diagnostics import decode_sweep
+from rollout_bench.backends import kernel_tuning
+from rollout_bench.diagnostics import autotune, decode_sweep
 
 
 def record(**best):
@@ -46,8 +46,8 @@ def test_best_options_needs_a_real_gain_over_the_default():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the record written without CUDA")
 def test_run_without_cuda_writes_a_skipped_record(tiny_assets, tmp_path):
     out = tmp_path / "flex.json"
-    rec = kernel_tuning.run(model="qwen3-tiny", model_dir=tiny_assets["model"], batch_sizes=[64, 8],
-                            prompt_tokens=[128, 256], max_new_tokens=32, dtype="float32", out=str(out))
+    rec = autotune.run(model="qwen3-tiny", model_dir=tiny_assets["model"], batch_sizes=[64, 8],
+                       prompt_tokens=[128, 256], max_new_tokens=32, dtype="float32", out=str(out))
     assert rec["status"] == "skipped" and "no CUDA" in rec["reason"]
     saved = json.loads(out.read_text())
     assert saved["workload"]["batch_sizes"] == [8, 64] and saved["env"]["torch"]
@@ -84,7 +84,7 @@ def test_one_engine_replays_the_whole_record_each_bucket_its_entry(tmp_path):
 
     import pytest
 
-    from rollout_bench import kernel_tuning
+    from rollout_bench.backends import kernel_tuning
     from rollout_bench.engine import EngineConfig
 
     rec = {"status": "ok", "by_batch": {"8": {"best": {"BLOCK_N": 64}}, "64": {"best": {}},

@@ -3,9 +3,8 @@ import re
 import numpy as np
 import pytest
 
-from rollout_bench.assets import chat, learnable
+from rollout_bench.assets import chat, learnable, rewards
 from rollout_bench.assets import dataset as dataset_assets
-from rollout_bench.grpo import rewards
 
 EOS = "<|endoftext|>"
 

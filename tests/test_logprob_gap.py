@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
+from rollout_bench.core.workload import Sampling
 from rollout_bench.diagnostics import logprob_gap, random_model
 from rollout_bench.engine import Engine, EngineConfig
-from rollout_bench.workload import Sampling
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -40,7 +40,7 @@ def test_bf16_lora_merged_copy_against_peft_unmerged():
     engine stays about as close to the fp32 forward as the trainer's own forward is."""
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
-    from rollout_bench.workload import LORA_TARGETS
+    from rollout_bench.core.workload import LORA_TARGETS
 
     base = random_model.build("qwen3-tiny", seed=0).to(torch.bfloat16)
     state = random_model.lora_state(base, 8)

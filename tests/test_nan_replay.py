@@ -5,11 +5,10 @@ import pytest
 import torch
 
 from rollout_bench.assets import lora
-from rollout_bench.diagnostics import nan_replay
-from rollout_bench.grpo import driver
+from rollout_bench.core.workload import LORA_TARGETS, SAMPLING_PRESETS
+from rollout_bench.grpo import driver, nan_replay
 from rollout_bench.grpo.config import TrainSpec
 from rollout_bench.grpo.finite_grads import FiniteGrads
-from rollout_bench.workload import LORA_TARGETS, SAMPLING_PRESETS
 
 WORKLOAD = {"lora_rank": 32, "lora_alpha": 64, "num_generations": 4, "max_new_tokens": 16, "ignore_eos": False,
             "sampling": {**SAMPLING_PRESETS["equivalence"], "seed": 3407}, "device": "cpu", "dtype": "float32"}

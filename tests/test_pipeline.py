@@ -1,47 +1,14 @@
 """A real Snakemake run of the embedded CPU default, then caching, lint and bad-input checks on it."""
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
-from .test_charts import REMOTE_SCRIPT
+from .helpers import REMOTE_SCRIPT, copy_tree, pending, snakemake
 
 pytestmark = pytest.mark.slow
-TREE = ["Snakefile", "rules", "workflow", "config", "src", "profiles", "envs"]
-
-
-def snakemake(cwd, *args, env=None, check=True):
-    e = {**os.environ, "ROLLOUT_BENCH_GPU_COUNT": "0", **(env or {})}
-    e.pop("CUDA_VISIBLE_DEVICES", None)
-    r = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=e, capture_output=True, text=True,
-                       timeout=1800)
-    if check and r.returncode:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
-    return r
-
-
-def pending(cwd, *args) -> list[str]:
-    """Outputs a dry run would (re)create, from the detailed summary."""
-    r = snakemake(cwd, "--detailed-summary", "--cores", "1", *args)
-    rows = [line.split("\t") for line in r.stdout.splitlines()[1:] if "\t" in line]
-    return sorted(row[0] for row in rows if row[-1].strip() not in ("no update", "-"))
-
-
-def copy_tree(d: Path) -> Path:
-    """The workflow's files, as a user's checkout has them, in `d`."""
-    for name in TREE:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, d / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, d / name)
-    return d
 
 
 @pytest.fixture(scope="module")
@@ -52,14 +19,15 @@ def workdir(tmp_path_factory):
 
 
 def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
-    from rollout_bench import config, stats
+    from rollout_bench.core import stats
+    from rollout_bench.pipeline import config, jobs
 
     cfg = config.load(workdir / "config/config.yaml")
-    jobs = config.gen_jobs(cfg)
+    gen = jobs.gen_jobs(cfg)
     # the realistic case runs on the warm starts, the others on the random models (gemma4-tiny: no warm start)
-    assert {j.model for j in jobs} == {"qwen3-tiny", "llama-tiny", "gemma4-tiny", "qwen3-tiny-warm", "llama-tiny-warm"}
+    assert {j.model for j in gen} == {"qwen3-tiny", "llama-tiny", "gemma4-tiny", "qwen3-tiny-warm", "llama-tiny-warm"}
     statuses = {}
-    for j in jobs:
+    for j in gen:
         rec = stats.load(workdir / j.path)  # schema-validated
         statuses.setdefault((j.backend, j.model == "gemma4-tiny"), set()).add(rec["status"])
         assert rec["workload"]["batch_size"] == j.batch_size and rec["backend"] == j.backend
@@ -75,7 +43,7 @@ def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
     assert statuses[("transformers_cb", False)] == statuses[("cb_sync", False)] == {"ok"}
     assert statuses[("transformers_cb", True)] == statuses[("cb_sync", True)] == {"skipped"}
     # with EOS on, the warm starts end most completions before the case's 160 tokens, at varied lengths
-    for j in jobs:
+    for j in gen:
         if j.case == "realistic" and j.backend in ("hf_generate", "flex"):
             done = stats.load(workdir / j.path)["completions"]
             assert done["eos_rate"] >= 0.5 and done["completion_tokens"]["p10"] < done["completion_tokens"]["p90"]
@@ -92,15 +60,16 @@ def test_default_run_leaves_tables_charts_and_valid_stats(workdir):
 
 
 def test_default_grpo_runs_on_gated_warm_starts_with_reward_spread(workdir):
-    from rollout_bench import config, stats
     from rollout_bench.assets import warm_card
+    from rollout_bench.core import stats
+    from rollout_bench.pipeline import config, jobs
 
     cfg = config.load(workdir / "config/config.yaml")
     for m in ("qwen3-tiny", "llama-tiny"):
         card = warm_card.read(workdir / f"results/assets/models/{m}-warm")
         assert card["passed"] and card["figures"]["n_prompts"] >= 256
     stds = {}
-    for j in config.train_jobs(cfg):
+    for j in jobs.train_jobs(cfg):
         rec = stats.load(workdir / j.path)
         assert rec["status"] == "ok" and rec["workload"]["dataset"] == "learnable"
         stds.setdefault(j.model, []).extend(s["reward_std"] for s in rec["steps"])
@@ -109,19 +78,20 @@ def test_default_grpo_runs_on_gated_warm_starts_with_reward_spread(workdir):
 
 
 def test_default_grpo_judges_candidates_against_the_reference_seeds_band(workdir):
-    from rollout_bench import config, stats
+    from rollout_bench.core import stats
+    from rollout_bench.pipeline import config, jobs
 
     cfg = config.load(workdir / "config/config.yaml")
-    for j in config.train_jobs(cfg):
+    for j in jobs.train_jobs(cfg):
         steps = stats.load(workdir / j.path)["steps"]
         assert len(steps) == 4 and all(s["n_completions"] == 8 and s["accuracy"] is not None for s in steps)
         assert all(s["completions/cut_short_frac"] == 0 for s in steps)
         if j.backend == "flex":  # TRL's IS correction runs on the engine's logprobs: weight ~1, nothing zeroed
             assert all(0.99 < s["is/weight/mean"] < 1.01 and s["is/zeroed/token_frac"] == 0 for s in steps)
-    for p in config.band_paths(cfg):
+    for p in jobs.band_paths(cfg):
         b = stats.read_json(workdir / p)
         assert b["status"] == "ok" and b["seeds"] == [3407, 3408] and set(b["learning"]) == {"reward", "accuracy"}
-    for p in config.compare_paths(cfg):
+    for p in jobs.compare_paths(cfg):
         c = stats.read_json(workdir / p)
         assert c["band"]["status"] in ("inside", "outside") and c["band"]["windows_compared"] == 2
         assert {"completion_ends", "is_weight"} <= set(c["gate"]["checks"])
@@ -137,7 +107,7 @@ def test_second_run_has_nothing_to_do(workdir):
 def test_a_corrupt_stats_file_reruns_its_job_when_only_a_table_is_asked_for(workdir):
     """The summary made from a truncated stats file goes with it, so a run that targets the tables reruns that job in
     the same invocation: never a table out of step with the files."""
-    from rollout_bench import stats
+    from rollout_bench.core import stats
 
     path = workdir / "results/generate/qwen3-tiny/hf_generate/default/greedy/bs4.json"
     path.write_text(path.read_text()[:100])
@@ -166,7 +136,7 @@ def test_editing_one_backend_reruns_only_its_jobs(workdir):
 
 
 def test_editing_render_code_reruns_only_rendering(workdir):
-    _edit(workdir / "src/rollout_bench/render.py")
+    _edit(workdir / "src/rollout_bench/report/render.py")
     todo = pending(workdir)
     # grpo/report.py imports render.py's save_chart: the training tables and charts are rendering too
     charts = [f"results/charts/{c}.{x}" for c in ("tps_vs_batch", "tps_vs_memory", "train_steps")
@@ -274,7 +244,7 @@ def test_report_bundles_every_table_and_chart_with_its_caption(workdir):
 def test_decode_profile_runs_on_the_cpu_when_asked_for(workdir, tmp_path):
     """decode_profile.enabled: one job per model whose options flex jobs replay (the warm starts' random bases),
     then its table, in the report with its caption. Last here: it leaves the table in results/tables."""
-    from rollout_bench import stats
+    from rollout_bench.core import stats
     from rollout_bench.diagnostics import step_profile
 
     mine = tmp_path / "profile.yaml"

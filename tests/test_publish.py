@@ -1,5 +1,5 @@
 """publish: one run's results, logs, command and config copied into results/published/<name>/."""
-from rollout_bench.publish import publish
+from rollout_bench.pipeline.publish import publish
 
 
 def test_publish_copies_results_logs_command_and_config(tmp_path):
@@ -56,3 +56,51 @@ def test_readme_tables_are_the_published_ones():
     assert versus.strip().splitlines()[2] not in readme  # its first pair: flex and vLLM on two GPUs
     for name in ("train", "equivalence"):
         assert (published / f"{name}.md").read_text().strip() in readme
+
+
+def _git(cwd, *args):
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_backfill_writes_a_manifest_and_leaves_the_scripts_to_git(tmp_path):
+    """A folder from before manifests: its manifest comes from its own files (the commit its COMMAND names, checked
+    against the repository), and its copied device scripts go, each findable with `git show`."""
+    import json
+
+    from rollout_bench.pipeline import publish as pub
+
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "code")
+    code = _git(tmp_path, "rev-parse", "HEAD")
+    folder = tmp_path / "results/published/h200-old"
+    (folder / "scripts").mkdir(parents=True)
+    (folder / "scripts/run.sh").write_text("echo run\n")
+    (folder / "COMMAND").write_text(f"bash scripts/run.sh  # at {code[:7]}; deadbeef is no commit here\n")
+    (folder / "generate").mkdir()
+    (folder / "generate/bs8.json").write_text(json.dumps({"status": "ok", "env": {"gpu_name": "NVIDIA H200"}}))
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "publish")
+    held = _git(tmp_path, "rev-parse", "HEAD")
+
+    man = pub.backfill(folder, tmp_path)
+    assert man["named_commits"] == [code] and man["commit"] is None and man["gpu_names"] == ["NVIDIA H200"]
+    assert man["scripts_in_history"] == {"commit": held, "paths": ["results/published/h200-old/scripts/run.sh"]}
+    assert json.loads((folder / "MANIFEST.json").read_text()) == man
+    assert not (folder / "scripts").exists() and (folder / "generate/bs8.json").exists()
+    assert _git(tmp_path, "show", f"{held}:results/published/h200-old/scripts/run.sh") == "echo run"
+
+
+def test_every_published_folder_has_a_manifest_and_no_copied_scripts():
+    from rollout_bench.pipeline import publish as pub
+
+    from .conftest import ROOT
+
+    folders = [d for d in (ROOT / "results/published").iterdir() if d.is_dir()]
+    assert folders and all((d / pub.MANIFEST).is_file() for d in folders), [d.name for d in folders
+                                                                            if not (d / pub.MANIFEST).is_file()]
+    assert not [str(f) for d in folders for f in d.rglob("*") if f.suffix in pub.SCRIPTS]

@@ -1,7 +1,7 @@
 """The generation tables on a hand-made summary: the head-to-head section's ratios and its gaps."""
 import pandas as pd
 
-from rollout_bench import render
+from rollout_bench.report import render
 
 
 def row(backend, case, bs, tps, status="ok", variant="default", reserved=None, alloc=10.0):

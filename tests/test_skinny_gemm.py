@@ -5,9 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rollout_bench.core.workload import Sampling
 from rollout_bench.diagnostics import decode_sweep, gemm_bench, random_model
 from rollout_bench.engine import Engine, EngineConfig, sampler, skinny_gemm
-from rollout_bench.workload import Sampling
 
 Tiles = skinny_gemm.Tiles
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from .conftest import ROOT
-from .test_pipeline import copy_tree, snakemake
+from .helpers import copy_tree, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ def _shape(table: str) -> list[str]:
 
 
 def test_stats_validate_and_tables_match_a_local_run(cpu_runs):
-    from rollout_bench import stats
+    from rollout_bench.core import stats
 
     run, local = cpu_runs
     paths = _stats(run.workdir)
@@ -133,7 +133,7 @@ def gpu_run(slurm, cpu_runs, tmp_path_factory):
 
 
 def test_gpu_rules_ask_slurm_for_gpus_and_lease_its_grant(gpu_run):
-    from rollout_bench import stats
+    from rollout_bench.core import stats
 
     assert {r["state"] for r in gpu_run.accounted} == {"COMPLETED"}, gpu_run.accounted
     assert [(r["rule"], "gres/gpu=1" in r["tres"]) for r in gpu_run.accounted] == [
@@ -145,7 +145,7 @@ def test_gpu_rules_ask_slurm_for_gpus_and_lease_its_grant(gpu_run):
 
 RECORD = """
 import json, os, sys, time
-from rollout_bench import isolation
+from rollout_bench.host import isolation
 t0 = time.time(); time.sleep(float(sys.argv[2])); t1 = time.time()
 e = os.environ
 json.dump({"visible": e["CUDA_VISIBLE_DEVICES"], "ids": e["ROLLOUT_BENCH_GPU_IDS"],
@@ -160,7 +160,7 @@ def _two_leases(cluster, tmp_path, srun_args, prefix=()) -> list[dict]:
     """Two `srun` jobs at once, each running one lease (lock dir shared, as on a cluster filesystem)."""
     env = cluster.env({**os.environ, "PYTHONPATH": str(ROOT / "src")})
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    lease = [sys.executable, "-m", "rollout_bench.gpu_lease", "--gpus", "1", "--lock-dir", str(tmp_path / "locks"),
+    lease = [sys.executable, "-m", "rollout_bench.host.gpu_lease", "--gpus", "1", "--lock-dir", str(tmp_path / "locks"),
              "--timeout", "60", "--"]
     procs = [subprocess.Popen(["srun", "-n1", *srun_args, *prefix, *lease, sys.executable, "-c", RECORD,
                                str(tmp_path / f"lease{i}.json"), "4"],

@@ -6,7 +6,8 @@ import sys
 
 import yaml
 
-from rollout_bench import ROOT, config, smoke
+from rollout_bench import ROOT
+from rollout_bench.pipeline import config, jobs, smoke
 
 
 def resolved(profile: str) -> dict:
@@ -16,7 +17,7 @@ def resolved(profile: str) -> dict:
 
 def test_smoke_profile_covers_every_gpu_code_path():
     gpu, sm = resolved("gpu"), resolved("smoke")
-    paths = lambda cfg: {(j.backend, j.variant, cfg["workload"]["cases"][j.case]["lora"]) for j in config.gen_jobs(cfg)}
+    paths = lambda cfg: {(j.backend, j.variant, cfg["workload"]["cases"][j.case]["lora"]) for j in jobs.gen_jobs(cfg)}
     assert paths(gpu) <= paths(sm)  # every backend x variant x (LoRA or not) the gpu profile runs
     assert set(gpu["train_backends"]) == set(sm["train_backends"])
     assert sm["autotune"]["enabled"] and config.uses_gpu(sm)
@@ -42,7 +43,7 @@ def test_verdict_passes_ok_and_skipped_and_names_failed_and_crashed_jobs(tmp_pat
     v = smoke.verdict(tmp_path, jobs)
     assert [j.status for j in v] == ["ok", "skipped", "failed", "missing", "ok"]
     assert [j.passed for j in v] == [True, True, False, False, True]
-    md = smoke.table(v, 12.3, "python -m rollout_bench.smoke")
+    md = smoke.table(v, 12.3, "python -m rollout_bench.pipeline.smoke")
     assert md.startswith("# GPU smoke run: FAILED (2 of 5 jobs)")
     assert "results/logs/generate/c.log" in md and "results/logs/generate/d.log" in md
     assert "vllm does not import" in md

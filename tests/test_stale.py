@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from .test_pipeline import copy_tree, pending, snakemake
+from .helpers import copy_tree, pending, snakemake
 
 pytestmark = pytest.mark.slow
 STATS_DIRS = ("results/generate/", "results/train/")
@@ -18,8 +18,8 @@ def _outputs(cwd) -> list[str]:
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     """The default workflow, every output present and up to date; stats files are valid `skipped` records."""
-    from rollout_bench import stats
-    from rollout_bench.workload import Sampling
+    from rollout_bench.core import stats
+    from rollout_bench.core.workload import Sampling
 
     d = copy_tree(tmp_path_factory.mktemp("stale"))
     wl = {"lora_rank": 0, "num_generations": 1, "sampling": Sampling().to_dict(), "ignore_eos": True,
@@ -81,12 +81,12 @@ def test_editing_the_engine_reruns_flex_jobs_only(tree):
 
 
 def test_truncated_stats_file_reruns_its_job_alone(tree):
-    """Its job: the one engine that serves its cell and that cell's neighbours (config.gen_groups)."""
-    from rollout_bench import config
+    """Its job: the one engine that serves its cell and that cell's neighbours (jobs.gen_groups)."""
+    from rollout_bench.pipeline import config, jobs
 
     d, outputs = tree
     victim = next(o for o in outputs if o.startswith("results/generate/") and "/vllm/" in o and o.endswith("bs8.json"))
-    group = next(g for g in config.gen_groups(config.load(d / "config/config.yaml"))
+    group = next(g for g in jobs.gen_groups(config.load(d / "config/config.yaml"))
                  if victim in [c.path for c in g.cells])
     job = {c.path for c in group.cells} | {group.record}
     others = {o: (d / o).stat().st_mtime_ns for o in outputs if o.startswith("results/generate/") and o not in job}
@@ -96,7 +96,7 @@ def test_truncated_stats_file_reruns_its_job_alone(tree):
     (d / f"{victim}.corrupt").rename(d / victim)
     r = snakemake(d, "--cores", "2", victim, "results/summary/generate.csv")
     assert f"invalid cached stats file: {victim}: not JSON" in r.stdout + r.stderr
-    from rollout_bench import stats
+    from rollout_bench.core import stats
 
     rec = stats.load(d / victim)  # rewritten by its job: vllm is skipped on this CPU host
     assert rec["status"] == "skipped" and rec["reason"] != PLACEHOLDER and rec["backend"] == "vllm"

@@ -7,7 +7,7 @@ from functools import cache
 import pandas as pd
 import pytest
 
-from rollout_bench import standings
+from rollout_bench.report import standings
 
 from .conftest import ROOT
 
@@ -18,7 +18,7 @@ MODELS = ["qwen3-4b", "qwen3-small-warm"]
 
 
 def test_the_readmes_block_is_what_the_published_stats_give():
-    """A publication lands with its README answer and its STANDINGS.md rows: `python -m rollout_bench.standings`
+    """A publication lands with its README answer and its STANDINGS.md rows: `python -m rollout_bench.report.standings`
     rewrites both."""
     models = standings.gpu_models(ROOT / "config/config.yaml")
     assert {"qwen3-4b", "llama-3.2-3b", "gemma-4-e2b", "qwen3-4b-warm", "qwen3-small-warm"} <= set(models)

@@ -6,8 +6,10 @@ import time
 import jsonschema
 import pytest
 
-from rollout_bench import atomic, generation, generation_job, stats
-from rollout_bench.workload import GenSpec, Sampling
+from rollout_bench.core import atomic, stats
+from rollout_bench.core.workload import GenSpec, Sampling
+from rollout_bench.generation import job as generation_job
+from rollout_bench.generation import measure
 
 WL = {"lora_rank": 0, "num_generations": 1, "sampling": Sampling().to_dict(), "ignore_eos": True,
       "max_new_tokens": 4}
@@ -56,7 +58,7 @@ def test_measure_counts_rounds_and_lengths():
             time.sleep(0.01)
             return [[7, 7, 7] for _ in prompts for _ in range(n)]
 
-    r = generation.measure(lambda s: Fake(), spec, [[[1, 2], [3]], [[4], [5]], [[6, 7, 8, 9], [10]]], [[11, 12]])
+    r = measure.measure(lambda s: Fake(), spec, [[[1, 2], [3]], [[4], [5]], [[6, 7, 8, 9], [10]]], [[11, 12]])
     f = r["fields"]
     assert Fake.calls == 4 and len(f["rounds"]) == 3  # warm-up + 3 timed rounds
     assert [x["prompt_tokens"] for x in f["rounds"]] == [6, 4, 10]  # each round's own prompts, x n = 2
@@ -64,8 +66,8 @@ def test_measure_counts_rounds_and_lengths():
     assert f["prompt_tps"] == pytest.approx(statistics.median(x["prompt_tokens"] / x["wall_s"] for x in f["rounds"]),
                                             rel=1e-3)
     assert f["decode_tps"] == pytest.approx(12 / f["median_wall_s"], rel=1e-2)
-    assert generation.check_lengths(r["outputs"], spec) is None
-    assert "do not have max_new_tokens=3" in generation.check_lengths([[1, 2]], spec)
+    assert measure.check_lengths(r["outputs"], spec) is None
+    assert "do not have max_new_tokens=3" in measure.check_lengths([[1, 2]], spec)
 
 
 def test_rates_are_the_median_of_each_rounds_own_rate():
@@ -81,7 +83,7 @@ def test_rates_are_the_median_of_each_rounds_own_rate():
             time.sleep(s)
             return [[7] * k]
 
-    f = generation.measure(lambda s: Fake(), spec, [[[1]], [[2]], [[3]]], [[4]])["fields"]
+    f = measure.measure(lambda s: Fake(), spec, [[[1]], [[2]], [[3]]], [[4]])["fields"]
     assert [r["decoded_tokens"] for r in f["rounds"]] == [100, 20, 60]
     rates = [r["decoded_tokens"] / r["wall_s"] for r in f["rounds"]]  # ~1000, ~100, ~200
     assert f["decode_tps"] == pytest.approx(sorted(rates)[1], rel=1e-3) and f["decode_tps"] < 300
@@ -133,7 +135,7 @@ def test_flex_job_replays_autotuned_options_unless_configured(tiny_assets, tmp_p
 
 
 def test_env_records_the_host_cpu_and_its_load(tmp_path):
-    from rollout_bench import envinfo
+    from rollout_bench.core import envinfo
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n")

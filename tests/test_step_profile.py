@@ -5,9 +5,9 @@ from collections import Counter
 import pytest
 import torch
 
+from rollout_bench.core.workload import Sampling
 from rollout_bench.diagnostics import step_profile
 from rollout_bench.engine import Engine, EngineConfig, sampler
-from rollout_bench.workload import Sampling
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

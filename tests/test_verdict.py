@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from rollout_bench.grpo import report, verdict
+from rollout_bench.grpo import verdict
+from rollout_bench.report import train as report
 
 
 def rec(seed, backend="hf_generate", status="ok", n=8, **series):

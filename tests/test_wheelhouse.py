@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_bench.deploy import wheelhouse as wh
+from rollout_bench.host import wheelhouse as wh
 
 ENV312 = wh.target_environment("3.12", wh.platform_tags("manylinux_x86_64"))
 

@@ -5,15 +5,16 @@ import sys
 
 
 def main(argv=None):
-    from . import cli
     from .assets import cli as assets_cli
     from .assets.warm_card import GateError
-    from .config import ConfigError
     from .grpo import cli as grpo_cli
+    from .pipeline import cli as pipeline_cli
+    from .pipeline.config import ConfigError
+    from .report import cli as report_cli
 
     ap = argparse.ArgumentParser(prog="python -m rollout_bench")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for commands in (assets_cli, cli, grpo_cli):
+    for commands in (assets_cli, grpo_cli, pipeline_cli, report_cli):
         commands.add_commands(sub)
     a = ap.parse_args(argv)
     try:

@@ -15,7 +15,7 @@ fi
 if [ ! -f "$SITE/.installed" ] && [ -n "${WHEELS// /}" ]; then
   for house in $WHEELS; do
     if [ -f "$house/manifest.json" ]; then  # reassembled from its parts, sha256-checked, pip --no-index
-      PYTHONPATH="$PWD/src" python3 -m rollout_bench.deploy.wheelhouse install "$house" --target "$SITE"
+      PYTHONPATH="$PWD/src" python3 -m rollout_bench.host.wheelhouse install "$house" --target "$SITE"
     else
       python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$house"/*.whl
     fi
@@ -29,6 +29,6 @@ chmod +x /tmp/rb-bin/python
 export PATH="/tmp/rb-bin:$PATH" PYTHONPATH="$SITE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ "${1:-}" = smoke ]; then
   shift
-  exec python3 -m rollout_bench.smoke "$@"
+  exec python3 -m rollout_bench.pipeline.smoke "$@"
 fi
 exec python3 -m snakemake "$@"

@@ -1,1 +1,2 @@
-"""Offline assets: tokenizer, dataset, model directory, LoRA adapter, prompt selection."""
+"""Offline assets: tokenizer, dataset (and its reward functions), model directory, LoRA adapter, warm start,
+prompt selection."""

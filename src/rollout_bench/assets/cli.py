@@ -29,7 +29,7 @@ def _assets(a):
 
 
 def add_commands(sub) -> None:
-    from ..workload import LORA_TARGETS
+    from ..core.workload import LORA_TARGETS
 
     p = sub.add_parser("assets", help="build an offline asset")
     p.add_argument("what", choices=["tokenizer", "dataset", "learnable", "model", "warmstart", "lora"])
@@ -43,7 +43,7 @@ def add_commands(sub) -> None:
     p.add_argument("--slip-rate", type=float, default=0.0, help="worked solutions whose answer slips (learnable)")
     p.add_argument("--model", help="model dir (lora, warmstart)")
     p.add_argument("--dataset", help="learnable dataset dir (warmstart)")
-    p.add_argument("--spec", help="config.warmstart_spec JSON (warmstart)")
+    p.add_argument("--spec", help="jobs.warmstart_spec JSON (warmstart)")
     p.add_argument("--rank", type=int, default=32)
     p.add_argument("--alpha", type=int, default=64)
     p.add_argument("--targets", default=",".join(LORA_TARGETS), help="comma-separated")

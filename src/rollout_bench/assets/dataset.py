@@ -7,7 +7,7 @@ import json
 import random
 from pathlib import Path
 
-from .. import atomic
+from ..core import atomic
 from . import paths
 
 COLUMNS = {"prompt", "solution"}  # the DAPO schema: problem text and answer

@@ -11,7 +11,7 @@ dataset drops in; `worked_solution`, `difficulty` and `slipped` are extra column
 import random
 from pathlib import Path
 
-from .. import atomic
+from ..core import atomic
 from .chat import REASONING_END, SOLUTION_END, SOLUTION_START
 
 DATA_SOURCE = "rollout-bench-learnable"

@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-from .. import atomic
+from ..core import atomic
 
 
 def build(model_dir, out_dir, rank: int, alpha: int, targets: list[str], init_std: float, seed: int) -> Path:

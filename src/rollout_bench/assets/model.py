@@ -6,7 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-from .. import MODEL_CONFIGS, atomic
+from .. import MODEL_CONFIGS
+from ..core import atomic
 from . import paths
 
 

@@ -47,7 +47,7 @@ def _pool(tok, dataset_dir: str, seed: int, lo: int, hi: int) -> _Pool:
 
 def select(tok, workload: dict, dataset_dir: str, sets: int | None = None):
     """(each timed round's prompts, warm-up prompts): after the shuffle, the prompts in the length window from
-    workload.prompt_offset on (the prompts of the cells before this one: config.prompt_offset), n_prompts a round
+    workload.prompt_offset on (the prompts of the cells before this one: jobs.prompt_offset), n_prompts a round
     for `rounds` rounds, then the warm-up's. No prompt is sent twice: an engine that caches prefixes across calls
     (vLLM's prefix caching, transformers' block sharing, both on by default) would otherwise skip the prefill of
     every round after the first, which a GRPO step, whose prompts are new, does not get to do.

@@ -1,7 +1,7 @@
 """A byte-level BPE tokenizer the project trains itself, saved as a transformers tokenizer dir."""
 from pathlib import Path
 
-from .. import atomic
+from ..core import atomic
 from . import chat, dataset, learnable
 
 EOS = "<|endoftext|>"

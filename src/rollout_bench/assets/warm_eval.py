@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..grpo import rewards
 from . import prompts as prompt_assets
+from . import rewards
 
 
 @dataclass(frozen=True)

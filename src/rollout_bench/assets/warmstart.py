@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import atomic
+from ..core import atomic
 from . import chat, warm_card, warm_eval
 
 
@@ -62,7 +62,7 @@ class SFTSpec:
 
 
 def specs(d: dict) -> tuple[SFTSpec, warm_eval.EvalSpec, warm_card.Gates]:
-    """config.warmstart_spec's dict -> the three specs."""
+    """jobs.warmstart_spec's dict -> the three specs."""
     g = d["gates"]
     band = tuple(g["accuracy_band"]) if g.get("accuracy_band") else None
     return (SFTSpec(**d["sft"]), warm_eval.EvalSpec(**d["eval"], seed=d["sft"]["seed"]),
@@ -125,7 +125,7 @@ def train(model_dir, rows: list[dict], spec: SFTSpec, work_dir, probe_rows: list
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from ..grpo import trl_cpu
+    from ..host import trl_cpu
 
     trl_cpu.ensure_logprob_head()  # SFTTrainer uses the same Triton-only fused LM head as GRPO
     cuda = torch.cuda.is_available()

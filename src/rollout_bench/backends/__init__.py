@@ -1,4 +1,5 @@
-"""Generation backends, one module each (docs/design.md §5; adding one: §12).
+"""Generation backends, one module each (docs/design.md §5; adding one: §12). Beside them: `hf_model` and
+`paged_cache` (what several share) and `kernel_tuning` (the autotune record a flex engine replays).
 
 A backend module provides:
     REQUIRES: tuple[str, ...]   distributions it imports (their versions key the skip re-check)
@@ -32,7 +33,7 @@ A backend module provides:
 """
 import importlib
 
-from .. import envinfo
+from ..core import envinfo
 
 NAMES = ("hf_generate", "hf_static", "transformers_cb", "cb_sync", "flex", "vllm", "unsloth")
 

@@ -26,7 +26,7 @@ def unavailable(variant, gpu_count):
         return ("flex variant 'graphs' captures CUDA graphs and needs a CUDA GPU; none is visible: run on a "
                 "GPU host with --resources gpu=1 (variant 'eager' runs on CPU)")
     if variant == "peft_unmerged":
-        from .. import envinfo
+        from ..core import envinfo
 
         if envinfo.version("peft") is None:
             return "flex variant 'peft_unmerged' needs peft; install it (core environment) and rerun"
@@ -118,7 +118,7 @@ class Generator:
 
     def bandwidth(self) -> dict:
         """The last round's decode bandwidth against this device's copy rate, measured after the timed rounds."""
-        from .. import copy_rate
+        from ..host import copy_rate
 
         last = getattr(self, "last_call", None) or {}
         achieved, ceiling = last.get("decode_gb_per_s"), copy_rate.measure(self.engine.runner.device)

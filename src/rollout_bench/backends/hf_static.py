@@ -7,7 +7,6 @@ eager. Shapes are held fixed so one compiled graph serves the whole job: the cac
 spec.max_seq_len on every call and every chunk is filled to spec.batch_size rows (the filler rows
 repeat the chunk's last prompt and are dropped), so a short last chunk does not trigger a recompile.
 """
-import torch
 
 from . import hf_model
 

@@ -13,14 +13,14 @@ import os
 import re
 from pathlib import Path
 
-from .. import envinfo
+from ..core import envinfo
 
 REQUIRES = ("torch", "unsloth")
 NEEDS_GPU = True
 VARIANTS = ("default", "4bit")
 ENV = {"UNSLOTH_DISABLE_STATISTICS": "1", "HF_HUB_OFFLINE": "1"}  # GPU hosts have no network
 INSTALL = ("install the 'unsloth' group: conda env envs/unsloth.yaml, or offline "
-           "`python -m rollout_bench.deploy.wheelhouse build unsloth --constraints <host packages>` here, carry "
+           "`python -m rollout_bench.host.wheelhouse build unsloth --constraints <host packages>` here, carry "
            "it, then `bash workflow/scripts/offline_gpu_host.sh` on the GPU host (README: Offline GPU hosts)")
 
 

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from .. import envinfo
+from ..core import envinfo
 
 REQUIRES = ("torch", "vllm")
 NEEDS_GPU = True
@@ -24,7 +24,7 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRAR
 # They pin vLLM's own address to loopback and keep the V1 engine core in this process.
 ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 INSTALL = ("install the 'vllm' group: conda env envs/vllm.yaml, or offline "
-           "`python -m rollout_bench.deploy.wheelhouse build vllm --constraints <host packages>` here, carry "
+           "`python -m rollout_bench.host.wheelhouse build vllm --constraints <host packages>` here, carry "
            "it, then `bash workflow/scripts/offline_gpu_host.sh` on the GPU host (README: Offline GPU hosts)")
 
 

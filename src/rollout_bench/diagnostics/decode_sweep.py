@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from ..workload import Sampling
+from ..core.workload import Sampling
 
 # No USE_TMA (a misaligned TMA access would poison the CUDA context for what runs after it), no
 # BLOCKS_ARE_CONTIGUOUS (wrong for paged KV, see EngineConfig).

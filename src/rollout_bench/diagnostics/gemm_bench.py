@@ -216,7 +216,8 @@ def _time_shape(shape: dict, w, ms: list[int], repeats: int, smem_limit: int, lo
 
 def run(*, model: str, config: dict, ms: list[int], out: str, table_out: str | None = None, repeats: int = 20,
         seed: int = 0) -> dict:
-    from .. import atomic, copy_rate, stats
+    from ..core import atomic, stats
+    from ..host import copy_rate
 
     if not torch.cuda.is_available():
         raise RuntimeError("gemm_bench times CUDA graphs: run it on a GPU host")

@@ -18,9 +18,9 @@ from dataclasses import replace
 
 import torch
 
+from ..core.workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
 from ..engine import Engine, EngineConfig, correctness, sampler
 from ..engine.lora import sha256
-from ..workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
 from . import random_model
 from .decode_sweep import device_ms, step_sweep
 

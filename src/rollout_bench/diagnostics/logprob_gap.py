@@ -21,10 +21,10 @@ import time
 
 import torch
 
-from .. import atomic
+from ..core import atomic
+from ..core.workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
 from ..engine import Engine, EngineConfig
 from ..engine.correctness import reference_logits
-from ..workload import LORA_TARGETS, SAMPLING_PRESETS, Sampling
 from . import random_model
 
 PAIRS = (("engine", "hf_sdpa"), ("hf_eager", "hf_sdpa"), ("engine", "fp32"), ("hf_sdpa", "fp32"),

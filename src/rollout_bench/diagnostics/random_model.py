@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from ..workload import LORA_TARGETS
+from ..core.workload import LORA_TARGETS
 
 
 def config(name_or_dict, **overrides):

@@ -6,7 +6,7 @@ flex backend's gate, the GPU self-check and the logprob-gap study all compare th
 """
 import torch
 
-from ..workload import Sampling
+from ..core.workload import Sampling
 from .logits import lm_logits
 
 # Largest first-token |logit| difference to HF, and the top-2 margin under which a greedy

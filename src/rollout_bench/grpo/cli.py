@@ -1,4 +1,4 @@
-"""`python -m rollout_bench train|band|compare|render-train`: the GRPO jobs' command lines.
+"""`python -m rollout_bench train|band|compare`: the GRPO jobs' command lines.
 
 `rollout_bench.__main__` wires them with `grpo.cli.add_commands(sub)`; each handler is one call.
 """
@@ -6,7 +6,7 @@ import json
 
 
 def _train(a):
-    from .. import compile_cache
+    from ..host import compile_cache
     cache = compile_cache.use(a.cache_dir or None)  # before anything compiles
     from . import job
 
@@ -17,8 +17,8 @@ def _train(a):
 
 
 def _band(a):
-    from .. import atomic
-    from .. import stats as stats_contract
+    from ..core import atomic
+    from ..core import stats as stats_contract
     from . import verdict
 
     if len(a.control) > 1:  # nargs="*" so that a profile without a control passes none
@@ -35,16 +35,6 @@ def _compare(a):
     res = compare.compare(a.ref, a.candidate, a.out, band_path=a.band, kl_abs=a.kl_abs, kl_rel=a.kl_rel)
     print(json.dumps({"status": res["status"], "passed": (res.get("gate") or {}).get("passed"),
                       "equivalent": res.get("equivalent"), "step_time_ratio": res.get("step_time_ratio")}))
-
-
-def _render(a):
-    from .. import atomic
-    from . import report
-
-    atomic.write_text(a.train_table, report.training_table(a.stats))
-    atomic.write_text(a.equivalence_table, report.equivalence_table(a.comparisons or [], a.bands or []))
-    report.save_chart(report.trajectory_charts(report.trajectory_frame(a.stats), report.band_frame(a.bands or [])),
-                      a.chart_html, a.chart_svg)
 
 
 def add_commands(sub) -> None:
@@ -78,11 +68,3 @@ def add_commands(sub) -> None:
     p.add_argument("--kl-abs", type=float, default=KL_ABS_BOUND)
     p.add_argument("--kl-rel", type=float, default=KL_REL_BOUND)
     p.set_defaults(fn=_compare)
-
-    p = sub.add_parser("render-train", help="train stats + compare JSONs -> tables and per-step charts")
-    for k in ("train-table", "equivalence-table", "chart-html", "chart-svg"):
-        p.add_argument(f"--{k}", required=True)
-    p.add_argument("--stats", nargs="+", required=True)
-    p.add_argument("--comparisons", nargs="*", default=[])
-    p.add_argument("--bands", nargs="*", default=[])
-    p.set_defaults(fn=_render)

@@ -14,8 +14,8 @@ reference's seeds span.
 import math
 import statistics
 
-from .. import atomic
-from .. import stats as stats_contract
+from ..core import atomic
+from ..core import stats as stats_contract
 from . import timing, verdict
 
 TRAJECTORY = ("loss", "reward", "kl", "grad_norm")

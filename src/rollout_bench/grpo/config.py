@@ -1,7 +1,7 @@
 """One GRPO run's knobs (the seed's hyper-parameters by default) and the TRL `GRPOConfig` built from them."""
 from dataclasses import asdict, dataclass, field, fields
 
-from ..workload import SAMPLING_PRESETS, Sampling
+from ..core.workload import SAMPLING_PRESETS, Sampling
 
 IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import isolation
-from ..assets import chat
-from ..workload import LORA_TARGETS
-from . import attention_kernels, data, flex_rollout, importance, outcomes, rewards, trl_cpu, vllm_colocate
+from ..assets import chat, rewards
+from ..core.workload import LORA_TARGETS
+from ..host import isolation, trl_cpu
+from . import attention_kernels, data, flex_rollout, importance, outcomes, vllm_colocate
 from .config import TrainSpec, grpo_config
 from .finite_grads import FiniteGrads
 from .phases import PHASES, PhaseClock

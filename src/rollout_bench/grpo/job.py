@@ -9,7 +9,8 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
-from .. import envinfo, kernel_tuning, stats
+from ..backends import kernel_tuning
+from ..core import envinfo, stats
 from . import availability, timing
 from .config import TrainSpec
 

@@ -13,7 +13,7 @@ does); the figures go into the trainer's metrics, which TRL averages and logs pe
 """
 import functools
 
-from .rewards import EXACT_ANSWER
+from ..assets.rewards import EXACT_ANSWER
 
 ACCURACY = "accuracy"
 CUT_SHORT = "completions/cut_short_frac"

@@ -10,7 +10,7 @@ import time
 
 from transformers import TrainerCallback
 
-from .. import envinfo
+from ..core import envinfo
 
 # Short names of the stats contract -> the TRL / Trainer key they are read from.
 CONTRACT_KEYS = {

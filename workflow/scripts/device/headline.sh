@@ -17,7 +17,7 @@ say "T start"
 # vLLM's group only once installed whole: a package half-written by its install would fail the jobs that import it
 VP=$([ -f /tmp/site-vllm/.installed ] && echo /tmp/site-vllm:)
 say "S start (${VP:-without vllm})"
-(PYTHONPATH=$VP/tmp/site-core:$PWD/src timeout 900 python3 -m rollout_bench.smoke --gpu 0 --workdir /tmp/smoke \
+(PYTHONPATH=$VP/tmp/site-core:$PWD/src timeout 900 python3 -m rollout_bench.pipeline.smoke --gpu 0 --workdir /tmp/smoke \
    > /tmp/smoke.log 2>&1; say "S rc=$?") &
 wait
 while [ ! -f /tmp/site-vllm/.installed ]; do sleep 2; done

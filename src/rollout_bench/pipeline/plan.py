@@ -1,0 +1,118 @@
+"""What a run's GPU jobs will do and about how long they take, before any runs: `snakemake -n` prints it (on any
+machine: a dry run needs no GPU), as does `python -m rollout_bench plan --profile P`.
+
+The estimate is read off published stats of the same model and backend (results/published/, smoke runs left out):
+a generation job's overhead (its cells' wall less their timed rounds, the median over published cells, once per
+job) plus, per cell, a warm-up and its timed rounds at the published median round wall of that batch size; a GRPO
+run's overhead plus its steps at the published median step; the autotune pass's published wall. A job with no
+published figure is named as not estimated, never guessed.
+"""
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from . import config, jobs
+
+DRY_RUN_FLAGS = ("--dry-run", "--dryrun", "-n", "--just-print")
+
+
+def is_dry_run(argv: list[str]) -> bool:
+    """Whether Snakemake's command line asks for a dry run (-n, also in a cluster of short flags such as -np)."""
+    for a in argv:
+        if a in DRY_RUN_FLAGS:
+            return True
+        if a.startswith("-") and not a.startswith("--") and a[1:].isalpha() and "n" in a[1:] and len(a) <= 4:
+            return True
+    return False
+
+
+def _published(root: Path) -> list[dict]:
+    out = []
+    for p in sorted(root.rglob("*.json")) if root.is_dir() else []:
+        if any(d == "smoke" or d.endswith("-smoke") for d in p.relative_to(root).parts):
+            continue
+        try:
+            rec = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(rec, dict) and rec.get("status") == "ok" and (rec.get("env") or {}).get("gpu_name"):
+            out.append(rec)
+    return out
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def estimate(cfg: dict, root="results/published") -> list[dict]:
+    """One row per GPU job: what it is, its cells, and its estimated seconds (None: no published figure)."""
+    recs = _published(Path(root))
+    gen = [r for r in recs if r.get("kind") == "generate" and r.get("rounds")]
+    rows = []
+    for slug in jobs.tuned_slugs(cfg) if cfg["autotune"]["enabled"] else []:
+        walls = [r["wall_s"] for r in recs if r.get("kind") == "autotune" and r["model"] == slug]
+        rows.append({"job": f"autotune {slug}", "cells": 0, "seconds": _median(walls)})
+    for g in jobs.gen_groups(cfg):
+        mine = [r for r in gen if r["model"] == g.model_slug and r["backend"] == g.backend]
+        overhead = _median([r["wall_s"] - sum(x["wall_s"] for x in r["rounds"]) for r in mine])
+        total, unknown = overhead, 0
+        for c in g.cells:
+            wl = jobs.job_workload(cfg, c.model, c.backend, c.case, c.batch_size)
+            same = [r["median_wall_s"] for r in mine if r["workload"].get("batch_size") == c.batch_size
+                    and (r["workload"]["lora_rank"] > 0) == (wl["lora_rank"] > 0) and not r["workload"].get("trace")
+                    and r["workload"]["ignore_eos"] == wl["ignore_eos"] and not wl.get("trace")]
+            cell = _median(same)
+            if cell is None:
+                unknown += 1
+            elif total is not None:
+                total += cell * (wl["rounds"] + 1)
+        rows.append({"job": g.key, "cells": len(g.cells), "seconds": total, "unknown_cells": unknown})
+    for j in jobs.train_jobs(cfg):
+        wl = jobs.train_workload(cfg, j.model, j.backend, j.seed, j.frozen)
+        same = [r for r in recs if r.get("kind") == "train" and r["model"] == jobs.model_slug(j.model)
+                and r["backend"] == j.backend and r.get("median_step_s")
+                and r["workload"].get("max_new_tokens") == wl["max_new_tokens"]
+                and r["workload"].get("num_generations") == wl["num_generations"]]
+        step = _median([r["median_step_s"] for r in same])
+        overhead = _median([r["wall_s"] - r.get("train_wall_s", 0) for r in same])
+        rows.append({"job": f"train {jobs.model_slug(j.model)}/{j.backend}/seed{j.seed}", "cells": 0,
+                     "seconds": None if step is None or overhead is None else overhead + step * j.steps})
+    return rows
+
+
+def text(cfg: dict, root="results/published") -> str:
+    rows = estimate(cfg, root)
+    known = [r["seconds"] for r in rows if r["seconds"] is not None]
+    lines = [f"GPU jobs of profile {cfg['profile']}, estimated from the published stats under {root} "
+             f"(an estimate, not a result):"]
+    for r in rows:
+        est = f"~{r['seconds']:,.0f} s" if r["seconds"] is not None else "not estimated (no published figure)"
+        if r["seconds"] is not None and r.get("unknown_cells"):
+            est += f" + {r['unknown_cells']} cell(s) with no published figure"
+        lines.append(f"  {r['job']}" + (f" ({r['cells']} cells)" if r["cells"] else "") + f": {est}")
+    cells = sum(r.get("unknown_cells", 0) for r in rows if r["seconds"] is not None)
+    lines.append(f"  total: ~{sum(known):,.0f} s of GPU time for {len(known)} of {len(rows)} jobs"
+                 + (f"; {len(rows) - len(known)} not estimated" if len(known) < len(rows) else "")
+                 + (f"; {cells} cell(s) of those without a figure" if cells else ""))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rollout_bench.pipeline.plan", description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--config", default="config/config.yaml")
+    ap.add_argument("--published", default="results/published")
+    a = ap.parse_args(argv)
+    import yaml
+
+    with open(a.config) as f:
+        cfg = config.resolve({**(yaml.safe_load(f) or {}), "profile": a.profile})
+    print(text(cfg, a.published))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
