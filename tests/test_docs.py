@@ -64,3 +64,35 @@ def test_every_relative_link_in_the_readme_and_docs_resolves_and_the_readme_fits
                 broken.append(f"{doc.relative_to(ROOT)} -> {target}")
     assert broken == []
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+def test_the_docs_tables_made_from_published_stats_are_up_to_date():
+    """docs/results.md's learn and decode-profile tables are generated blocks: `python -m rollout_bench.report.blocks
+    docs/results.md` rewrites them, and a typed edit to one is out of date here."""
+    from rollout_bench.report import blocks
+
+    doc = ROOT / "docs/results.md"
+    specs = [m.group("spec").split()[0] for m in blocks.BLOCK.finditer(doc.read_text())]
+    assert specs == ["learn", "decode_step", "decode_step_versus"], specs
+    assert blocks.update(doc, ROOT, check=True), "run: python -m rollout_bench.report.blocks docs/results.md"
+
+
+def test_a_generated_block_is_rewritten_from_its_sources_and_a_bad_one_named(tmp_path):
+    import pytest
+
+    from rollout_bench.report import blocks
+
+    band = "results/published/h200-2026-12-03-session12/learn/band/qwen3-small-warm/hf_generate.json"
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"before\n<!-- generated: learn {band} -->\n| typed | 9.99 |\n<!-- end generated -->\nafter\n")
+    assert not blocks.update(doc, ROOT, check=True) and "9.99" in doc.read_text()  # --check writes nothing
+    assert not blocks.update(doc, ROOT)
+    text = doc.read_text()
+    assert "9.99" not in text and "| frozen control, reward | 4.39 |" in text and text.endswith("after\n")
+    assert blocks.update(doc, ROOT, check=True)
+    doc.write_text("<!-- generated: learnt x.json -->\n<!-- end generated -->\n")
+    with pytest.raises(blocks.BlockError, match="no renderer 'learnt'"):
+        blocks.update(doc, ROOT)
+    doc.write_text("<!-- generated: learn results/published/nope.json -->\n<!-- end generated -->\n")
+    with pytest.raises(blocks.BlockError, match="nope.json"):
+        blocks.update(doc, ROOT)

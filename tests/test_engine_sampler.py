@@ -195,3 +195,38 @@ def test_float_logits_are_not_rounded_to_bf16():
 def test_float_logits_on_cuda_use_an_fp32_output_matmul():
     ours, bf16 = _logit_errors("cuda")
     assert ours < 1e-3 and bf16 > 0.05, (ours, bf16)
+
+
+def _top_p_twice(real):
+    """A sampler with top-p applied twice (a fault: a logits processor's top-p before the sampler's own)."""
+
+    def sample_(logits, p, positions, how, cap, processed=False):  # logits [B, V]
+        probs = torch.softmax(logits / p.temperature[:, None], -1)
+        sorted_p, order = probs.sort(-1, descending=True)
+        before = sorted_p.cumsum(-1) - sorted_p
+        cut = torch.zeros_like(logits, dtype=torch.bool).scatter(1, order, before >= p.top_p[:, None])
+        return real(logits.masked_fill(cut, float("-inf")), p, positions, how, cap, processed)
+
+    return sample_
+
+
+def _matches(tok, expected: torch.Tensor, n: int) -> bool:
+    """Frequencies of n draws within 5 sigma of `expected` (one probability a token), every token."""
+    freq = torch.bincount(tok, minlength=len(expected)).double() / n
+    sigma = (expected.double() * (1 - expected.double()) / n).sqrt().clamp_min(1 / n)
+    return bool(((freq - expected.double()).abs() < 5 * sigma).all())
+
+
+def test_top_p_draws_once_filtered_and_a_second_pass_is_seen():
+    """At top_p 0.6 over [0.5, 0.3, 0.15, 0.05] the nucleus is tokens 0 and 1 (0.625 / 0.375); a second top-p over
+    that renormalised pair keeps token 0 alone. The GRPO gate cannot see the fault (the engine reports the untruncated
+    policy logprob), this check does."""
+    n = 20000
+    expected = torch.tensor([0.625, 0.375, 0.0, 0.0])
+    logits = PROBS.log().expand(n, -1).clone()
+    p, pos = params(n, top_p=0.6), torch.zeros(n, dtype=torch.long)
+    for how in ("full", "topk"):
+        tok, _ = sample(logits, p, pos, how, 64)
+        assert _matches(tok, expected, n), how
+        tok, _ = _top_p_twice(sample)(logits, p, pos, how, 64)
+        assert not _matches(tok, expected, n) and set(tok.tolist()) == {0}, how

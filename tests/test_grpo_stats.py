@@ -115,9 +115,9 @@ def test_spec_from_workload_and_batch_invariant():
 
 def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.002, 0.003, 0.002),
                  n=(4, 4, 4, 4), median=1.0, reward_sha=None, status="ok", lr=5e-6, moved=0.01,
-                 optimizer="adamw_torch", is_weight=1.0, seed=3407, cut=0.0):
+                 optimizer="adamw_torch", is_weight=1.0, seed=3407, cut=0.0, gap=1e-4):
     wl = {"lora_rank": 32, "num_generations": 4, "sampling": {"temperature": 0.1}, "ignore_eos": False,
-          "max_new_tokens": 16, "seed": seed}
+          "max_new_tokens": 16, "seed": seed, "dtype": "float32"}
     rec = stats.base("train", backend=backend, variant="default", model="qwen3-tiny", workload=wl)
     path = tmp_path / f"{backend}.json"
     if status != "ok":
@@ -130,7 +130,8 @@ def _train_stats(tmp_path, backend, *, loss=(0.1, 0.2, 0.3, 0.2), kl=(0.001, 0.0
         for i, s in enumerate(steps):
             s.update({"sampling/sampling_logp_difference/mean": 0.01 * (i + 1),
                       "sampling/importance_sampling_ratio/mean": 1.0 - 0.01 * i,
-                      "is/logp_gap/mean": 0.01 * (i + 1), "is/logp_gap/p99": 0.1 * (i + 1),
+                      "is/logp_gap/mean": gap * (i + 1), "is/logp_gap/p99": 0.1 * (i + 1),
+                      "is/kl/mean": gap * gap * (i + 1),
                       "is/weight/mean": is_weight - 0.01 * i, "is/zeroed/token_frac": 0.0,
                       "is/seq_log_ratio/mean": -2.0 * (i + 1)})
     rec.update(steps=steps, median_step_s=median, train_wall_s=median * len(steps),
@@ -209,6 +210,7 @@ def test_step_time_ratio_of_a_shorter_run_is_over_the_steps_both_ran(tmp_path):
     ({"moved": 0.0}, "adapter_trained"),  # an optimizer without the LoRA parameters: nothing learned
     ({"backend": "flex", "is_weight": 4.6e-6}, "is_weight"),  # TRL's sequence_mask on a bf16 rollout
     ({"cut": 1.0}, "completion_ends"),  # a rollout that drops its EOS token
+    ({"backend": "flex", "gap": 0.02}, "logprob_match"),  # a sampler whose logprobs are not the trainer's
 ])
 def test_compare_gate_failures(tmp_path, change, failing):
     ref, _ = _train_stats(tmp_path, "hf_generate")
@@ -286,9 +288,10 @@ def test_renderers(tmp_path):
     assert "| NO | OUT (" in row and "loss @ steps 3-4: 3, " in row and " above [" in row
     assert report.equivalence_table([]).endswith("No comparisons in these results (one backend ran).\n")
     train = report.training_table([ref, cand, skip])
-    assert "| qwen3-tiny | flex | 3407 | ok | 4 | 0.500 |" in train and "skipped: vllm cannot run here" in train
-    # per-step medians of the gap (0.01..0.04), its p99 (0.1..0.4), the weight (1.0..0.97) and zeroed tokens
-    assert ("| token_truncate [-, 3]: mean \\|Δlogp\\| 0.025, p99 0.25; weight 0.985, zeroed 0%; "
+    assert "| qwen3-tiny | flex | 3407 | ok | 4 | 0.500 | 0.00025 (worst 0.0004); KL 4e-08 |" in train
+    assert "| qwen3-tiny | hf_generate | 3407 | ok | 4 | 1.000 | — |" in train and "skipped: vllm cannot run here" in train
+    # per-step medians of the gap (1e-4..4e-4), its p99 (0.1..0.4), the weight (1.0..0.97) and zeroed tokens
+    assert ("| token_truncate [-, 3]: mean \\|Δlogp\\| 0.00025, p99 0.25; weight 0.985, zeroed 0%; "
             "log sequence ratio -5 |") in train
     rec = json.loads(cand.read_text())
     cand.write_text(json.dumps({**rec, "sampler_logprobs": "processed"}))
@@ -326,16 +329,19 @@ def test_training_table_takes_every_median_over_the_median_steps_window(tmp_path
     path.write_text(json.dumps({**rec, "median_step_window": [4, 6]}))
     row = next(line for line in report.training_table([path]).splitlines() if "| flex |" in line)
     assert row.endswith("| 2.000 | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 |"), row
-    assert "mean \\|Δlogp\\| 0.05," in row  # gaps of steps 4..6: 0.04, 0.05, 0.06
+    assert "mean \\|Δlogp\\| 0.0005," in row  # gaps of steps 4..6: 4e-4, 5e-4, 6e-4
 
 
 def test_cli_commands_run_compare_and_render(tmp_path, capsys):
     import argparse
 
     from rollout_bench.grpo import cli
+    from rollout_bench.report import cli as report_cli
 
     ap = argparse.ArgumentParser()
-    cli.add_commands(ap.add_subparsers(dest="cmd", required=True))
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    cli.add_commands(sub)
+    report_cli.add_commands(sub)
     ref, _ = _train_stats(tmp_path, "hf_generate")
     cand, _ = _train_stats(tmp_path, "flex", median=0.5)
     ref2, _ = _train_stats(tmp_path / "s2", "hf_generate", seed=3408, loss=(0.12, 0.22, 0.32, 0.22))

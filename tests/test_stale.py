@@ -68,7 +68,7 @@ def test_editing_a_module_cb_sync_imports_reruns_cb_sync(tree):
 
 def test_editing_render_reruns_only_tables_and_charts(tree):
     d, _ = tree
-    assert set(_edit_then_pending(d, "render.py")) == GEN_REPORT - {"results/summary/generate.csv"} | TRAIN_REPORT
+    assert set(_edit_then_pending(d, "report/render.py")) == GEN_REPORT - {"results/summary/generate.csv"} | TRAIN_REPORT
 
 
 def test_editing_the_engine_reruns_flex_jobs_only(tree):

@@ -6,9 +6,10 @@ alone: the |diff| figures are reported, they are not the test. The gate is what 
 the sampling noise: both runs have a finite loss at every step, their KL stays non-negative and within
 a bounded range of the reference's, both optimizers held the LoRA parameters and moved them, they ran
 the identical reward code and hyper-parameters, they produced the same number of completions at every
-step both ran, every completion ended with EOS or at the length limit, and an importance-sampling
-correction, where one ran, left the policy gradient about its size. A candidate is equivalent when the
-gate passes and its windowed reward, accuracy, KL, loss, length and truncation stay inside the band the
+step both ran, every completion ended with EOS or at the length limit, an importance-sampling
+correction, where one ran, left the policy gradient about its size, and the rollout's own logprobs, where it
+returns them, match the trainer's at every step within the trainer dtype's floor (mean and largest gap). A
+candidate is equivalent when the gate passes and its windowed reward, accuracy, KL, loss, length and truncation stay inside the band the
 reference's seeds span.
 """
 import math
@@ -30,6 +31,14 @@ KL_REL_BOUND = 10.0  # ... and up to this many times the reference's largest KL
 # within these: outside, it rescales the policy gradient against the KL term's (TRL's default sequence_mask
 # on a bf16 rollout of 512 tokens reads ~1e-6, or 0)
 IS_WEIGHT_BOUNDS = (0.5, 2.0)
+# The rollout's logprobs of its own tokens against the trainer's forward on them (importance.py), at every step: the
+# mean |gap| per token, and its largest, must stay within the trainer dtype's floor. float32: a sampler of the
+# trainer's weights reads ~1e-6 mean and under 1e-4 at most (the CPU runs). bfloat16: flex and vLLM read a mean of at
+# most 0.0037 on the H200 learn runs and flex 0.0083 on the smoke run's random tiny model; the largest per-token gap
+# was not recorded before (is/logp_gap/max is new), so bfloat16 bounds the mean alone. Logprobs at another temperature,
+# a stale adapter read far above the mean's bound; a 0.05-nat logit bias on a confident model moves the mean little
+# and the largest gap by 0.05 (float32 sees it, bfloat16 cannot yet).
+LOGP_GAP_BOUNDS = {"float32": (1e-3, 1e-2), "bfloat16": (0.01, None), "float16": (0.01, None)}  # (mean, max)
 
 
 def series(rec: dict, key: str) -> dict[int, float | None]:
@@ -69,6 +78,32 @@ def _is_weight(name: str, r: dict) -> tuple[bool, str]:
     z = f", {statistics.median(zeroed):.0%} of tokens zeroed" if zeroed else ""
     return lo <= med <= hi, (f"{name}: {r.get('is_mode')} weights the policy gradient by {med:.3g} per token "
                              f"(median over steps{z}; bounds [{lo}, {hi}])")
+
+
+def _logprob_match(r: dict) -> tuple[bool, str]:
+    if not r.get("is_correction"):
+        return True, "no sampler logprobs: the rollout samples from the trainer's model"
+    dtype = (r.get("workload") or {}).get("dtype")
+    if dtype not in LOGP_GAP_BOUNDS:
+        return False, f"no logprob-gap bound for dtype {dtype!r}; one of {sorted(LOGP_GAP_BOUNDS)}"
+    gaps = {s: v for s, v in series(r, "is/logp_gap/mean").items() if v is not None}
+    if not gaps:
+        return False, "sampler-vs-trainer logprob gap not recorded"
+    bound, max_bound = LOGP_GAP_BOUNDS[dtype]
+    peaks = {s: v for s, v in series(r, "is/logp_gap/max").items() if v is not None}
+    over = sorted(s for s, v in gaps.items() if v > bound)
+    over_max = sorted(s for s, v in peaks.items() if max_bound is not None and v > max_bound)
+    worst = max(gaps, key=gaps.get)
+    kl = [v for v in series(r, "is/kl/mean").values() if v is not None]
+    tail = f"; KL(sampler || trainer) up to {max(kl):.3g} a token" if kl else ""
+    bounds = f"bound {bound}" + (f", largest {max_bound}" if max_bound is not None else "") + f", {dtype}"
+    steps = sorted(set(over) | set(over_max))
+    if steps:
+        peak = f", largest {max(peaks[s] for s in over_max):.3g}" if over_max else ""
+        return False, (f"|sampler - trainer logprob| above its bounds at steps {steps}: mean up to "
+                       f"{max(gaps[s] for s in steps):.3g} a token{peak} ({bounds}){tail}")
+    peak = f", largest {max(peaks.values()):.3g}" if peaks else ""
+    return True, f"mean |sampler - trainer logprob| at most {gaps[worst]:.3g} a token{peak} ({bounds}){tail}"
 
 
 def gate(ref: dict, cand: dict, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL_REL_BOUND) -> dict:
@@ -124,6 +159,10 @@ def gate(ref: dict, cand: dict, kl_abs: float = KL_ABS_BOUND, kl_rel: float = KL
     is_ok = [_is_weight(name, r) for name, r in (("ref", ref), ("cand", cand))]
     bad = [d for ok, d in is_ok if not ok]
     checks["is_weight"] = _check(not bad, "; ".join(bad or [d for _, d in is_ok]))
+    # the rollout's own logprobs against the trainer's, step by step: a fault too small to move the learning band
+    # (a temperature, a bias, one step's stale adapter) moves this
+    ok, detail = _logprob_match(cand)
+    checks["logprob_match"] = _check(ok, f"cand: {detail}")
     return {"passed": all(c["ok"] for c in checks.values()), "checks": checks,
             "kl_bound": {"abs": kl_abs, "rel": kl_rel}}
 

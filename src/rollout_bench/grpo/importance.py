@@ -8,7 +8,10 @@ of 3e-6 or a zeroed weight reads there as a number, not as "this step's policy g
 by 3e-6". The trainer's scoring step is wrapped on the instance (as phases.py does) and, from the
 tensors it hands to the loss, these go into the trainer's metrics, which TRL averages per step:
 
-    is/logp_gap/mean, is/logp_gap/p99   |trainer - sampler| logprob per completion token (nats)
+    is/logp_gap/mean, is/logp_gap/p99, is/logp_gap/max
+                                        |trainer - sampler| logprob per completion token (nats)
+    is/kl/mean                          KL(sampler || trainer) per token, the k3 estimate on the sampled tokens:
+                                        exp(d) - 1 - d, d = trainer - sampler (>= 0, unbiased, low variance)
     is/logp_bias/mean                   trainer - sampler per token: what a sequence ratio sums
     is/seq_log_ratio/mean               that sum per completion: the log of the raw sequence ratio
     is/weight/mean                      the weight the loss applies per completion token (1 = unchanged)
@@ -41,6 +44,8 @@ def effect(out: dict, sequence_level: bool) -> dict[str, float]:
     return {
         "logp_gap/mean": (gap.mean() if gap.numel() else none).item(),
         "logp_gap/p99": (torch.quantile(gap, 0.99) if gap.numel() else none).item(),
+        "logp_gap/max": (gap.max() if gap.numel() else none).item(),
+        "kl/mean": ((torch.expm1(diff[scored].float()) - diff[scored].float()).mean() if gap.numel() else none).item(),
         "logp_bias/mean": (diff[scored].float().mean() if gap.numel() else none).item(),
         "seq_log_ratio/mean": seq_log[has_tokens].float().mean().item() if has_tokens.any() else 0.0,
         "weight/mean": (w.mean() if w.numel() else none).item(),

@@ -5,5 +5,6 @@
     train      GRPO training and equivalence tables, per-step charts
     headline   the README's answer block, from the newest headline folder
     standings  every published pair (results/published/STANDINGS.md)
+    blocks     the tables in docs/ made from published stats (docs/results.md)
     cli        `python -m rollout_bench aggregate|render|render-decode-profile|render-train`
 """

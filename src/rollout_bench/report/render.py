@@ -74,6 +74,24 @@ def decode_step_table(records: list[dict]) -> str:
             + "\n".join(lines) + "\n")
 
 
+def decode_step_versus(labelled: list[tuple[str, dict]], model: str) -> str:
+    """Decode-profile records of one model made by different code (label, record), batch by batch: the step and each
+    kernel class in ms per step, so that a change's effect reads down a column."""
+    lines = ["| code | batch | step ms | " + " | ".join(PROFILE_CLASSES.values()) + " | gaps | kernels/step |",
+             "|---|--:|--:|" + "--:|" * (len(PROFILE_CLASSES) + 2)]
+    batches = sorted({int(b) for _, rec in labelled for b in rec["by_batch"]})
+    for b in batches:
+        for label, rec in labelled:
+            assert rec["model"] == model, (rec["model"], model)
+            p = rec["by_batch"].get(str(b))
+            if p is None:
+                continue
+            parts = [p["class_ms"][c] for c in PROFILE_CLASSES] + [p["gaps_ms"]]
+            lines.append(f"| {label} | {b} | {p['step_ms']:.2f} | " + " | ".join(f"{ms:.2f}" for ms in parts)
+                         + f" | {fmt(p['kernels_per_step'], '.0f')} |")
+    return "\n".join(lines) + "\n"
+
+
 def _share(ms: float, whole: float) -> str:
     """'0.412 (23%)': milliseconds and their share of the whole step."""
     return f"{ms:.3f} ({ms / whole:.0%})" if whole else f"{ms:.3f}"

@@ -79,6 +79,32 @@ def _gain(name: str, g: dict, window: int) -> str:
             f"the band)")
 
 
+def learning_table(band: dict) -> str:
+    """A band's learning against its frozen control, window by window (`verdict.band` with a control): the control's
+    reward, the reference seeds' gain over it and the band's half-width, and the accuracy's gain; a gain beyond
+    its half-width in bold."""
+    rw, acc = band["learning"]["reward"]["over_control"], band["learning"]["accuracy"]["over_control"]
+    steps = [f"{w['steps'][0]}-{w['steps'][1]}" for w in rw["windows"]]
+
+    def gain(w, spec):
+        text = f"{w['gain']:+{spec}}"
+        return f"**{text}**" if w["gain"] > w["half_width"] else text
+
+    widths = [w["half_width"] for w in acc["windows"]]
+    k = len(band["seeds"])
+    rows = [
+        ("frozen control, reward", [f"{w['control']:.2f}" for w in rw["windows"]]),
+        (f"reference ({k} seeds), gain over the control", [gain(w, ".2f") for w in rw["windows"]]),
+        (f"the band's half-width ({k} seeds, alpha {band['alpha']} over {band['n_tests']} tests)",
+         [f"{w['half_width']:.2f}" for w in rw["windows"]]),
+        (f"accuracy gain over the control (half-width {min(widths):.3f}-{max(widths):.3f})",
+         [gain(w, ".3f") for w in acc["windows"]]),
+    ]
+    lines = [f"| window of {band['window']} steps | " + " | ".join(steps) + " |", "|---|" + "--:|" * len(steps)]
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows]
+    return "\n".join(lines) + "\n"
+
+
 def _band_cell(r: dict) -> str:
     v = r.get("band")
     if not v:
@@ -159,6 +185,20 @@ def _is_cell(r: dict) -> str:
     return f"{r.get('is_mode')}{bounds}{kind}: {'; '.join(parts)}"
 
 
+def _mismatch_cell(r: dict) -> str:
+    """The rollout's logprobs against the trainer's on the same tokens: the median step's and the worst step's mean
+    |gap| per token, and the worst step's KL(sampler || trainer) (importance.py); '—' where the rollout samples
+    from the trainer's own model."""
+    if not r.get("is_correction"):
+        return "—"
+    gaps = [s["is/logp_gap/mean"] for s in r["steps"] if isinstance(s.get("is/logp_gap/mean"), (int, float))]
+    if not gaps:
+        return "not recorded"
+    kl = [s["is/kl/mean"] for s in r["steps"] if isinstance(s.get("is/kl/mean"), (int, float))]
+    return (f"{_fmt(statistics.median(gaps))} (worst {_fmt(max(gaps))})"
+            + (f"; KL {_fmt(max(kl))}" if kl else ""))
+
+
 def _steps_cell(r: dict) -> str:
     """Steps run, and the plan where a wall budget stopped the run early."""
     n, planned = len(r["steps"]), r.get("steps_planned")
@@ -184,19 +224,22 @@ def training_table(stats_paths) -> str:
               "kept, as vLLM returns them to TRL), with per-step medians of the mean and p99 |sampler logprob - "
               "trainer logprob| per completion token, of the mean weight the correction put on each token's policy "
               "loss (1 = unchanged) and of the tokens it zeroed, and of the mean log sequence ratio (the sum of the "
-              "per-token log ratios over a completion: a sequence mode's weight is its exponential). The reference "
+              "per-token log ratios over a completion: a sequence mode's weight is its exponential). Sampler vs trainer: "
+              "the rollout's logprobs against the trainer's forward on the same tokens, every step: the median "
+              "step's mean |Δlogp| per token, the worst step's, and the worst step's KL(sampler ‖ trainer) (k3 "
+              "estimate), the equivalence gate's `logprob_match`. The reference "
               "backend runs once per seed (train.seeds); `(frozen)` is its control, the same run at learning rate 0 "
               "(train.frozen_control)."), "",
-             (f"| model | backend | seed | status | steps | median step s | train wall s | peak alloc GB | optimizer "
-              f"| IS correction | {phase_cols} |"),
-             "|---|---|--:|---|--:|--:|--:|--:|---|---|" + "--:|" * len(PHASES)]
+             (f"| model | backend | seed | status | steps | median step s | sampler vs trainer \\|Δlogp\\| "
+              f"| train wall s | peak alloc GB | optimizer | IS correction | {phase_cols} |"),
+             "|---|---|--:|---|--:|--:|---|--:|--:|---|---|" + "--:|" * len(PHASES)]
     for r in sorted(recs, key=lambda r: (r["model"], backend_label(r), _seed(r) or 0)):
         head = f"| {r['model']} | {backend_label(r)} | {_fmt(_seed(r), 'd')} "
         if r["status"] != "ok":
-            lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (7 + len(PHASES)))
+            lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (8 + len(PHASES)))
             continue
         med = [_fmt(statistics.median(s.get(f"time/{p}_s") or 0.0 for s in _window(r)), ".3f") for p in PHASES]
-        lines.append(head + f"| ok | {_steps_cell(r)} | {_fmt(r['median_step_s'], '.3f')} "
+        lines.append(head + f"| ok | {_steps_cell(r)} | {_fmt(r['median_step_s'], '.3f')} | {_mismatch_cell(r)} "
                             f"| {_fmt(r['train_wall_s'], '.1f')} | {_fmt(r['peak_memory_gb'].get('allocated'), '.2f')} "
                             f"| {r.get('optimizer', '')} | {_is_cell(r)} "
                             f"| {' | '.join(med)} |")
