@@ -1,5 +1,5 @@
 # One job per (model, backend, variant, LoRA on or off): one process and one engine serve its cells (case, batch
-# size) in order, each writing its own stats file (config.gen_groups, generation_job.py). A rule a job: its outputs
+# size) in order, each writing its own stats file (jobs.gen_groups, generation/job.py). A rule a job: its outputs
 # are its cells', so a changed cell (workload, code, assets) reruns its whole job.
 for _g in GEN_GROUPS:
 

@@ -86,7 +86,6 @@ def runs(tiny_warm, tmp_path_factory, one_torch_thread):
     if reason:
         pytest.skip(reason)
     from rollout_bench.assets import lora
-
     from rollout_bench.engine import sampler
 
     real_sample = sampler.sample

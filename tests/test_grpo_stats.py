@@ -362,3 +362,21 @@ def test_cli_commands_run_compare_and_render(tmp_path, capsys):
     a.fn(a)
     assert "| flex |" in (tmp_path / "t.md").read_text() and "| yes | inside (" in (tmp_path / "e.md").read_text()
     assert (tmp_path / "c.svg").exists() and (tmp_path / "c.html").exists()
+
+
+def test_logprob_match_says_where_it_does_not_apply(tmp_path):
+    """vLLM's processed logprobs under a truncating sampler differ from the trainer's by design (-log kept mass: 1.17
+    a token on the smoke run); a flex run without the IS correction recorded no sampler logprobs to compare."""
+    ref, _ = _train_stats(tmp_path, "hf_generate")
+    cand, _ = _train_stats(tmp_path, "flex", gap=0.5)
+    rec = json.loads(cand.read_text())
+    check = lambda r: (cand.write_text(json.dumps(r)),
+                       compare.compare(ref, cand, tmp_path / "c.json")["gate"]["checks"]["logprob_match"])[1]
+    assert not check(rec)["ok"]
+    truncating = {"temperature": 0.1, "top_k": 5, "top_p": 0.97, "min_p": 0.5}
+    got = check({**rec, "sampler_logprobs": "processed", "workload": {**rec["workload"], "sampling": truncating}})
+    assert got["ok"] and "not comparable" in got["detail"]
+    got = check({**rec, "sampler_logprobs": "policy", "workload": {**rec["workload"], "sampling": truncating}})
+    assert not got["ok"]  # the policy logprob is the trainer's whatever the sampler kept
+    got = check({**rec, "is_correction": False})
+    assert got["ok"] and "not measured: the IS correction is off" in got["detail"]

@@ -1,4 +1,4 @@
-"""The NaN dump of a real (tiny, CPU) GRPO run replays through diagnostics.nan_replay under every variant."""
+"""The NaN dump of a real (tiny, CPU) GRPO run replays through grpo.nan_replay under every variant."""
 import json
 
 import pytest

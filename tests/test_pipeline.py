@@ -138,7 +138,7 @@ def test_editing_one_backend_reruns_only_its_jobs(workdir):
 def test_editing_render_code_reruns_only_rendering(workdir):
     _edit(workdir / "src/rollout_bench/report/render.py")
     todo = pending(workdir)
-    # grpo/report.py imports render.py's save_chart: the training tables and charts are rendering too
+    # report/train.py imports render.py's save_chart: the training tables and charts are rendering too
     charts = [f"results/charts/{c}.{x}" for c in ("tps_vs_batch", "tps_vs_memory", "train_steps")
               for x in ("html", "svg", "png")]
     assert todo == sorted(["results/tables/generate.md", "results/tables/train.md",
@@ -206,7 +206,7 @@ def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
     cfg = json.dumps({"cpu": {"models": ["qwen3-tiny", str(broken)],
                               "workload": {"cases": {"greedy": {"batch_sizes": [4]}}}}})
-    r = snakemake(workdir, "--cores", "2", "--config", f"backends=[hf_generate]", f"profiles={cfg}", check=False)
+    r = snakemake(workdir, "--cores", "2", "--config", "backends=[hf_generate]", f"profiles={cfg}", check=False)
     assert r.returncode != 0
     slug = str(broken).strip("/").replace("/", "--")
     assert not list((workdir / "results/generate" / slug).rglob("*.json"))

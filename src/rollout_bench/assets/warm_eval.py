@@ -3,7 +3,7 @@
 HF `generate` on the model directory (the simplest loader every backend shares); greedy for the
 termination, format, accuracy and length figures, then temperature 1.0 with several samples per
 prompt for the fraction of GRPO groups whose rewards differ (no spread, no advantage, no learning).
-Scores use the project's reward functions (grpo/rewards.py), exactly as GRPO training does.
+Scores use the project's reward functions (assets/rewards.py), exactly as GRPO training does.
 """
 from dataclasses import asdict, dataclass
 

@@ -1,7 +1,7 @@
 """One cell of a generation job measured on a built generator: warm up, time `rounds` rounds (again, up to
 spread_retries times, while the rounds spread more than max_round_spread), and the stats fields of what it did.
 
-generation_job.py builds the generator once and runs its cells through `measure_cell`, in order.
+generation/job.py builds the generator once and runs its cells through `measure_cell`, in order.
 """
 import statistics
 import time

@@ -9,7 +9,9 @@ by 3e-6". The trainer's scoring step is wrapped on the instance (as phases.py do
 tensors it hands to the loss, these go into the trainer's metrics, which TRL averages per step:
 
     is/logp_gap/mean, is/logp_gap/p99, is/logp_gap/max
-                                        |trainer - sampler| logprob per completion token (nats)
+                                        |trainer - sampler| logprob per completion token (nats); TRL averages
+                                        each over a step's generation batches, so with several a step's max is
+                                        the mean of their maxima
     is/kl/mean                          KL(sampler || trainer) per token, the k3 estimate on the sampled tokens:
                                         exp(d) - 1 - d, d = trainer - sampler (>= 0, unbiased, low variance)
     is/logp_bias/mean                   trainer - sampler per token: what a sequence ratio sums

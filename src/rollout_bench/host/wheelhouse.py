@@ -560,7 +560,7 @@ def _default_exclude(group: str, envs: Path = ENVS) -> Path | None:
     return path if path.exists() else None
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m rollout_bench.host.wheelhouse", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="download a group's wheel closure for an offline host")
@@ -591,27 +591,31 @@ def main(argv=None) -> int:
     r = sub.add_parser("requirements", help="print (or --write) envs/GROUP.requirements.txt from envs/GROUP.yaml")
     r.add_argument("group", nargs="?", help="default: every group")
     r.add_argument("--write", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
 
-    if args.cmd == "requirements":
-        for g in [args.group] if args.group else GROUPS:
-            text = render_requirements(g)
-            if args.write:
-                (ENVS / f"{g}.requirements.txt").write_text(text)
-                print(f"wrote envs/{g}.requirements.txt")
-            else:
-                print(text, end="")
-        return 0
-    if args.cmd == "rebatch":
-        m = rebatch(args.directory, args.batch_mb)
-        print(f"{len(m['files'])} wheels in {args.directory}: " +
-              ", ".join(f"batch{i:03d} {size / MiB:.1f} MiB" for i, size in enumerate(m["batches"])))
-        return 0
-    if args.cmd == "install":
-        names = install(args.directory, args.target, python=args.python, compile_pyc=args.compile)
-        print(f"installed {len(names)} wheels into {args.target}; use it with PYTHONPATH={args.target}")
-        return 0
 
+def _requirements(args) -> None:
+    for g in [args.group] if args.group else GROUPS:
+        text = render_requirements(g)
+        if args.write:
+            (ENVS / f"{g}.requirements.txt").write_text(text)
+            print(f"wrote envs/{g}.requirements.txt")
+        else:
+            print(text, end="")
+
+
+def _rebatch(args) -> None:
+    m = rebatch(args.directory, args.batch_mb)
+    print(f"{len(m['files'])} wheels in {args.directory}: " +
+          ", ".join(f"batch{i:03d} {size / MiB:.1f} MiB" for i, size in enumerate(m["batches"])))
+
+
+def _install(args) -> None:
+    names = install(args.directory, args.target, python=args.python, compile_pyc=args.compile)
+    print(f"installed {len(names)} wheels into {args.target}; use it with PYTHONPATH={args.target}")
+
+
+def _build(args) -> None:
     requirements = read_name_list(args.requirements) if args.requirements else None
     exclude = None if args.no_exclude else (args.exclude or _default_exclude(args.group))
     m = build(args.group, requirements=requirements, python_version=args.python_version,
@@ -634,6 +638,11 @@ def main(argv=None) -> int:
               f"{args.out or Path('.wheelhouse') / args.group}")
         for i, size in enumerate(m["batches"]):
             print(f"  batch{i:03d}/  {size / MiB:.1f} MiB")
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    {"requirements": _requirements, "rebatch": _rebatch, "install": _install, "build": _build}[args.cmd](args)
     return 0
 
 

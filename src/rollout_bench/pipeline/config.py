@@ -216,6 +216,14 @@ def _check(cfg: dict) -> None:
     _check_decode_timing(cfg)
     _check_train(cfg)
     _check_warmstart(cfg)
+    _check_sources(cfg)
+    _check_backend_names(cfg)
+    for name, case in cfg["workload"]["cases"].items():
+        _check_case(cfg, name, case)
+
+
+def _check_sources(cfg: dict) -> None:
+    """Models and datasets resolve; prompt windows are [min, max]."""
     cases = cfg["workload"]["cases"]
     for m in cfg["models"]:
         try:
@@ -237,39 +245,22 @@ def _check(cfg: dict) -> None:
     for field, (lo, hi) in windows:
         if lo > hi:
             raise ConfigError(f"config error at {field}: [{lo}, {hi}] has min > max (give [min, max]: [{hi}, {lo}])")
+
+
+def _check_backend_names(cfg: dict) -> None:
+    """Every backend a field names exists, and each variant; the references are among the backends that run."""
     where = [("variants", cfg["variants"])] + [(f"workload.cases.{name}.variants", case.get("variants", {}))
                                                for name, case in cfg["workload"]["cases"].items()]
     for field, table in where:
         for b, vs in table.items():
             if b not in backends.NAMES:
-                raise ConfigError(f"config error at {field}.{b}: unknown backend (allowed: {', '.join(backends.NAMES)})")
+                raise ConfigError(f"config error at {field}.{b}: unknown backend "
+                                  f"(allowed: {', '.join(backends.NAMES)})")
             known = backends.module(b).VARIANTS
             for v in vs:
                 if v not in known:
                     raise ConfigError(f"config error at {field}.{b}: unknown variant {v!r} "
                                       f"(allowed: {', '.join(known)})")
-    for name, case in cfg["workload"]["cases"].items():
-        for b in case.get("backends", []):
-            if b not in backends.NAMES:
-                raise ConfigError(f"config error at workload.cases.{name}.backends: unknown backend {b!r} "
-                                  f"(allowed: {', '.join(backends.NAMES)})")
-        if "trace" in case:
-            try:
-                trace.load(case["trace"])
-            except trace.TraceError as e:
-                raise ConfigError(f"config error at workload.cases.{name}.trace: {e}") from None
-            if not case.get("ignore_eos", cfg["workload"]["ignore_eos"]):
-                raise ConfigError(f"config error at workload.cases.{name}.ignore_eos: a trace case gives each "
-                                  f"completion its own length and ignores EOS, so that every engine does the same "
-                                  f"work: set ignore_eos true (or drop the case's ignore_eos: false)")
-            if "max_new_tokens" in case:
-                raise ConfigError(f"config error at workload.cases.{name}.max_new_tokens: a trace case's budgets "
-                                  f"come from its trace (the longest is its max_new_tokens): drop the key")
-        for bs in case["batch_sizes"]:
-            if bs % case["num_generations"]:
-                raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: {bs} is not a multiple "
-                                  f"of num_generations={case['num_generations']} (a batch counts sequences, "
-                                  f"prompts x num_generations: use a multiple)")
     if cfg["train_backends"] and cfg["train"]["reference"] not in cfg["train_backends"]:
         raise ConfigError(f"config error at train.reference: {cfg['train']['reference']!r} is not in train_backends "
                           f"{cfg['train_backends']} (add it there or pick one of them)")
@@ -278,10 +269,36 @@ def _check(cfg: dict) -> None:
             raise ConfigError(f"config error at options.{b}: unknown backend (allowed: {', '.join(backends.NAMES)})")
     for i, b in enumerate(cfg["versus"]):
         if b not in backends.NAMES:
-            raise ConfigError(f"config error at versus[{i}]: unknown backend {b!r} (allowed: {', '.join(backends.NAMES)})")
+            raise ConfigError(f"config error at versus[{i}]: unknown backend {b!r} "
+                              f"(allowed: {', '.join(backends.NAMES)})")
     if cfg["reference_backend"] not in cfg["backends"]:
         raise ConfigError(f"config error at reference_backend: {cfg['reference_backend']!r} is not in backends "
                           f"{cfg['backends']} (add it there or pick one of them)")
+
+
+def _check_case(cfg: dict, name: str, case: dict) -> None:
+    """One workload case: its backends, its trace, its batch sizes."""
+    for b in case.get("backends", []):
+        if b not in backends.NAMES:
+            raise ConfigError(f"config error at workload.cases.{name}.backends: unknown backend {b!r} "
+                              f"(allowed: {', '.join(backends.NAMES)})")
+    if "trace" in case:
+        try:
+            trace.load(case["trace"])
+        except trace.TraceError as e:
+            raise ConfigError(f"config error at workload.cases.{name}.trace: {e}") from None
+        if not case.get("ignore_eos", cfg["workload"]["ignore_eos"]):
+            raise ConfigError(f"config error at workload.cases.{name}.ignore_eos: a trace case gives each "
+                              f"completion its own length and ignores EOS, so that every engine does the same "
+                              f"work: set ignore_eos true (or drop the case's ignore_eos: false)")
+        if "max_new_tokens" in case:
+            raise ConfigError(f"config error at workload.cases.{name}.max_new_tokens: a trace case's budgets "
+                              f"come from its trace (the longest is its max_new_tokens): drop the key")
+    for bs in case["batch_sizes"]:
+        if bs % case["num_generations"]:
+            raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: {bs} is not a multiple "
+                              f"of num_generations={case['num_generations']} (a batch counts sequences, "
+                              f"prompts x num_generations: use a multiple)")
 
 
 def warm_name(model: str) -> str:

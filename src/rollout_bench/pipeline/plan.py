@@ -1,5 +1,5 @@
 """What a run's GPU jobs will do and about how long they take, before any runs: `snakemake -n` prints it (on any
-machine: a dry run needs no GPU), as does `python -m rollout_bench plan --profile P`.
+machine: a dry run needs no GPU), as does `python -m rollout_bench.pipeline.plan --profile P`.
 
 The estimate is read off published stats of the same model and backend (results/published/, smoke runs left out):
 a generation job's overhead (its cells' wall less their timed rounds, the median over published cells, once per

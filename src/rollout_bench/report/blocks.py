@@ -56,7 +56,7 @@ def render_block(spec: str, root: Path) -> str:
         raise BlockError(f"generated block {spec!r}: no renderer {name!r}; one of {sorted(RENDERERS)}")
     try:
         return RENDERERS[name](root, *args)
-    except (OSError, TypeError) as e:
+    except (OSError, TypeError, ValueError) as e:
         raise BlockError(f"generated block {spec!r}: {e}") from e
 
 

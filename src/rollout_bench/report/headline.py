@@ -146,7 +146,7 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
     """The answer block's body: the newest headline folder under `root`, or a line saying there is none."""
     found = folders(root)
     if not found:
-        return f"No headline run is published yet: `snakemake --cores 16 --resources gpu=1 --config profile=headline`."
+        return "No headline run is published yet: `snakemake --cores 16 --resources gpu=1 --config profile=headline`."
     folder = found[-1]
     man = json.loads((folder / "MANIFEST.json").read_text())
     recs, cfg = _read(folder), _config(folder)
@@ -175,8 +175,8 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
     if notes:
         lines += ["Cells without a ratio: " + "; ".join(notes) + ".", ""]
     if gen_missing or train_missing:
-        lines += [f"This run did not finish: the cells and GRPO steps named above as not run are missing from its "
-                  f"folder (its README says why); the set-up share covers the jobs that finished.", ""]
+        lines += ["This run did not finish: the cells and GRPO steps named above as not run are missing from its "
+                  "folder (its README says why); the set-up share covers the jobs that finished.", ""]
     rounds = (cfg.get("workload") or {}).get("rounds", "the")
     lines.append(f"tok/s: the median over a cell's timed rounds of its decoded tokens over the round's wall "
                  f"({rounds} rounds, each with prompts of its own). Time to last completion: the median round's wall "

@@ -82,7 +82,8 @@ def decode_step_versus(labelled: list[tuple[str, dict]], model: str) -> str:
     batches = sorted({int(b) for _, rec in labelled for b in rec["by_batch"]})
     for b in batches:
         for label, rec in labelled:
-            assert rec["model"] == model, (rec["model"], model)
+            if rec["model"] != model:
+                raise ValueError(f"decode profile {label!r} is of {rec['model']}, not {model}")
             p = rec["by_batch"].get(str(b))
             if p is None:
                 continue

@@ -18,8 +18,9 @@ EQUIVALENCE_CAPTION = (
     "held the LoRA parameters and moved them, it ran the identical reward code (rewards.py sha256), "
     "hyper-parameters, importance-sampling setting and optimizer, it produced the same number of completions at "
     "every step (over the steps both ran, when one ran fewer: the notes say so), every completion ended with "
-    "EOS or at the length limit, and an importance-sampling correction, where one ran, weighted the policy "
-    "gradient by 0.5 to 2 per token; and (2) its windowed means "
+    "EOS or at the length limit, an importance-sampling correction, where one ran, weighted the policy "
+    "gradient by 0.5 to 2 per token, and the rollout's own logprobs, where it returns them, matched the trainer's "
+    "at every step within the trainer dtype's floor (logprob_match); and (2) its windowed means "
     "of reward, accuracy, KL, loss, completion length and truncated fraction stay inside the noise band of the "
     "reference's seeds (the band column: the largest excursion in band half-widths, 1 = on the edge; the notes "
     "say where a metric left it and by how much). Step-time ratio = candidate median step / reference median "
@@ -236,7 +237,7 @@ def training_table(stats_paths) -> str:
     for r in sorted(recs, key=lambda r: (r["model"], backend_label(r), _seed(r) or 0)):
         head = f"| {r['model']} | {backend_label(r)} | {_fmt(_seed(r), 'd')} "
         if r["status"] != "ok":
-            lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (8 + len(PHASES)))
+            lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (7 + len(PHASES)))
             continue
         med = [_fmt(statistics.median(s.get(f"time/{p}_s") or 0.0 for s in _window(r)), ".3f") for p in PHASES]
         lines.append(head + f"| ok | {_steps_cell(r)} | {_fmt(r['median_step_s'], '.3f')} | {_mismatch_cell(r)} "
