@@ -234,7 +234,7 @@ def test_decode_profile_is_one_job_per_flex_model_and_needs_tokens_to_time(raw):
     cfg = config.resolve({**raw, "profile": "cpu"}, {"decode_profile": {"enabled": True}})
     # the warm starts' flex jobs replay their random bases' options: one profile per base
     assert jobs.decode_profile_paths(cfg) == [f"results/decode_profile/{m}/decode_step.json"
-                                                for m in ("qwen3-tiny", "llama-tiny", "gemma4-tiny")]
+                                              for m in ("qwen3-tiny", "llama-tiny", "gemma4-tiny")]
     assert jobs.decode_profile_paths(config.resolve({**raw, "profile": "cpu"}, {
         "decode_profile": {"enabled": True}, "backends": ["hf_generate"]})) == []
     with pytest.raises(config.ConfigError, match="max_new_tokens: 16 leaves nothing to time for the decode profile "
@@ -317,7 +317,7 @@ def test_gpu_profile_runs_the_learn_case_on_the_warm_start(raw):
     assert ctrl["data_seed"] == ref["data_seed"] == wl["data_seed"] == 3407
     assert jobs.train_workload(cfg, "qwen3-small-warm", "hf_generate", 3409)["data_seed"] == 3407
     assert jobs.control_paths(resolve_with(raw, profile="gpu", profiles__gpu__train__frozen_control=False),
-                                "qwen3-small-warm") == []
+                              "qwen3-small-warm") == []
     assert jobs.band_paths(cfg) == ["results/band/qwen3-small-warm/hf_generate.json"]
     # the learner is a key of its own: the gpu profile can train another model than it generates with
     other = resolve_with(raw, profile="gpu", profiles__gpu__train__models=["llama-3.2-3b-warm"])

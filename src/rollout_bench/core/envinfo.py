@@ -47,6 +47,12 @@ def collect() -> dict:
     return env
 
 
+def git(root, *args) -> str | None:
+    """git's output in the checkout at `root`; None where it fails (no .git there, an unknown revision)."""
+    out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20)
+    return out.stdout if out.returncode == 0 else None
+
+
 @cache
 def code_version() -> dict:
     """The git commit of the code that ran and whether the checkout differed from it (uncommitted changes to
@@ -54,13 +60,9 @@ def code_version() -> dict:
     where neither says."""
     from .. import ROOT
 
-    def git(*args):
-        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=20)
-        return out.stdout if out.returncode == 0 else None
-
     try:
-        head = git("rev-parse", "HEAD")
-        status = git("status", "--porcelain", "--untracked-files=no") if head else None
+        head = git(ROOT, "rev-parse", "HEAD")
+        status = git(ROOT, "status", "--porcelain", "--untracked-files=no") if head else None
     except (OSError, subprocess.SubprocessError):
         head = status = None
     if head and status is not None:

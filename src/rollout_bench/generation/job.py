@@ -92,7 +92,7 @@ def plan_cells(mod, backend: str, variant: str, cells: list[Cell], model_dir: st
             continue
         longest = max(len(p) for ps in [*sum(sets, []), warmup] for p in ps)
         spec = measure.spec_from_workload(wl, model_dir, adapter_dir, variant, tok.eos_token_id,
-                                             tok.pad_token_id, longest)
+                                          tok.pad_token_id, longest)
         reason = getattr(mod, "unsupported_spec", lambda spec: None)(spec) or lengths_reason(mod, backend, spec)
         if reason:
             write(c, "skipped", reason)

@@ -9,8 +9,8 @@ the identical reward code and hyper-parameters, they produced the same number of
 step both ran, every completion ended with EOS or at the length limit, an importance-sampling
 correction, where one ran, left the policy gradient about its size, and the rollout's own logprobs, where it
 returns them, match the trainer's at every step within the trainer dtype's floor (mean and largest gap). A
-candidate is equivalent when the gate passes and its windowed reward, accuracy, KL, loss, length and truncation stay inside the band the
-reference's seeds span.
+candidate is equivalent when the gate passes and its windowed reward, accuracy, KL, loss, length and truncation
+stay inside the band the reference's seeds span.
 """
 import math
 import statistics

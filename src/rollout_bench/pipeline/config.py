@@ -205,7 +205,7 @@ def _check_warmstart(cfg: dict) -> None:
         if name not in known:
             raise ConfigError(f"config error at warmstart.models.{name}: not a name in config/models/ (only those "
                               f"have a warm start; known: {', '.join(known)})")
-        knobs.append((f"warmstart.models.{name}", _warmstart_knobs(cfg, name)))
+        knobs.append((f"warmstart.models.{name}", warmstart_knobs(cfg, name)))
     for where, k in knobs:
         if k["stop_at_accuracy"] is not None and not k["probe_every"]:
             raise ConfigError(f"config error at {where}.stop_at_accuracy: it is read off the accuracy probe, which "
@@ -329,7 +329,7 @@ def warm_models(cfg: dict) -> list[str]:
     return [m for m in cfg["models"] if only is None or (model_assets.warm_base(m) or m) in only]
 
 
-def _warmstart_knobs(cfg: dict, model: str) -> dict:
+def warmstart_knobs(cfg: dict, model: str) -> dict:
     """warmstart, with warmstart.models[model] over it."""
     return _deep_merge({k: v for k, v in cfg["warmstart"].items() if k != "models"},
                        cfg["warmstart"]["models"].get(model, {}))

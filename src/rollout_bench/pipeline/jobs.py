@@ -8,7 +8,7 @@ from .. import MODEL_CONFIGS
 from ..assets import model as model_assets
 from ..core.workload import Sampling
 from ..generation import trace
-from .config import _warmstart_knobs, uses_gpu, variants, warm_models, warm_name
+from .config import uses_gpu, variants, warm_models, warm_name, warmstart_knobs
 
 
 @dataclass(frozen=True)
@@ -310,7 +310,7 @@ def warmstart_spec(cfg: dict, model: str) -> dict:
     """The knobs of `model`'s warmstart job (assets.warmstart.specs reads them): warmstart, with
     warmstart.models[model] over it. The accuracy band is gated on GPU profiles, for a model GRPO trains
     (a warm start that only generates, e.g. the speed model, records its accuracy)."""
-    ws = _warmstart_knobs(cfg, model)
+    ws = warmstart_knobs(cfg, model)
     gated = uses_gpu(cfg) and warm_name(model) in cfg["train"]["models"]
     return {"sft": {k: ws[k] for k in WARMSTART_SFT},
             "eval": {k: ws[k] for k in WARMSTART_EVAL},

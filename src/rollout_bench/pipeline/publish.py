@@ -5,12 +5,11 @@ import datetime as _dt
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import yaml
 
-from ..core import atomic
+from ..core import atomic, envinfo
 
 MANIFEST = "MANIFEST.json"
 SUBDIRS = ("generate", "train", "band", "compare", "autotune", "decode_profile", "summary", "tables", "charts", "logs",
@@ -72,8 +71,8 @@ SCRIPTS = (".sh", ".py")  # the device scripts early sessions copied into their 
 
 
 def _git(root: Path, *args) -> str | None:
-    r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-    return r.stdout.strip() if r.returncode == 0 else None
+    out = envinfo.git(root, *args)
+    return None if out is None else out.strip()
 
 
 def backfill(folder: Path, root: Path) -> dict:

@@ -37,7 +37,7 @@ def _render_train(a):
     atomic.write_text(a.train_table, train.training_table(a.stats))
     atomic.write_text(a.equivalence_table, train.equivalence_table(a.comparisons or [], a.bands or []))
     train.save_chart(train.trajectory_charts(train.trajectory_frame(a.stats), train.band_frame(a.bands or [])),
-                      a.chart_html, a.chart_svg)
+                     a.chart_html, a.chart_svg)
 
 
 def add_commands(sub) -> None:

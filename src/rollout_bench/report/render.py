@@ -54,6 +54,11 @@ PROFILE_CLASSES = {"gemm": "GEMM", "attention": "attention", "block_mask": "Bloc
                    "norm_rotary_elementwise": "norm/rotary/elementwise", "sampling": "sampling"}
 
 
+def _class_ms(p: dict) -> list[float]:
+    """A profiled batch's ms per step in each kernel class, then the gaps: the columns both decode tables show."""
+    return [p["class_ms"][c] for c in PROFILE_CLASSES] + [p["gaps_ms"]]
+
+
 def decode_step_table(records: list[dict]) -> str:
     """Decode-profile records (decode_profile.py) -> where a decode step's time goes: per model and batch,
     milliseconds per kernel class and the gaps, each with its share of the profiled step."""
@@ -63,9 +68,8 @@ def decode_step_table(records: list[dict]) -> str:
     for rec in sorted(records, key=lambda r: r["model"]):
         hw = rec["env"].get("gpu_name") or "cpu"
         for b, p in sorted(rec["by_batch"].items(), key=lambda kv: int(kv[0])):
-            parts = [p["class_ms"][c] for c in PROFILE_CLASSES] + [p["gaps_ms"]]
             lines.append(f"| {rec['model']} | {b} | {p['replay']} | {p['step_ms']:.3f} | "
-                         + " | ".join(_share(ms, p["profiled_step_ms"]) for ms in parts)
+                         + " | ".join(_share(ms, p["profiled_step_ms"]) for ms in _class_ms(p))
                          + f" | {fmt(p['kernels_per_step'], '.0f')} | {hw} |")
     return ("Where one decode step's time goes (diagnostics/step_profile.py), mid-generation, greedy, with the "
             "kernel options flex jobs replay. Step ms: the step alone, unprofiled; each class and the gaps: "
@@ -87,8 +91,7 @@ def decode_step_versus(labelled: list[tuple[str, dict]], model: str) -> str:
             p = rec["by_batch"].get(str(b))
             if p is None:
                 continue
-            parts = [p["class_ms"][c] for c in PROFILE_CLASSES] + [p["gaps_ms"]]
-            lines.append(f"| {label} | {b} | {p['step_ms']:.2f} | " + " | ".join(f"{ms:.2f}" for ms in parts)
+            lines.append(f"| {label} | {b} | {p['step_ms']:.2f} | " + " | ".join(f"{ms:.2f}" for ms in _class_ms(p))
                          + f" | {fmt(p['kernels_per_step'], '.0f')} |")
     return "\n".join(lines) + "\n"
 
