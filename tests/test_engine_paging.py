@@ -285,3 +285,68 @@ def test_compiled_layers_greedy_match_hf():
             ref = model.generate(torch.tensor([p]), max_new_tokens=12, min_new_tokens=12, do_sample=False,
                                  pad_token_id=0)[0, len(p):].tolist()
             assert o.token_ids == ref
+
+
+def running_scheduler(remaining: list[int], cfg: EngineConfig, waiting: int = 0) -> Scheduler:
+    """A scheduler whose running rows have these budgets left (prompts of 4 tokens, one token sampled), and a
+    group of `waiting` sequences queued behind them."""
+    sched = Scheduler(cfg, PageTable(2 + 2 * cfg.max_batch, P, cfg.max_batch, cfg.max_pages_per_seq, "cpu"))
+    for i, r in enumerate(remaining):
+        sched.add([seq(i, 4, max_new=r + 1)])
+    sched.admit()
+    for s in sched.running:
+        s.append(7, 0.0)
+    if waiting:
+        sched.add([seq(100 + j, 4) for j in range(waiting)])
+    return sched
+
+
+def test_chunks_run_past_budgets_unless_finished_rows_would_idle_longer_than_a_sync():
+    cfg = EngineConfig(max_batch=64, max_seq_len=128, page_size=P, decode_chunk_no_eos=16, decode_sync_row_steps=64)
+    one_short = [1] + [40] * 7
+    assert running_scheduler(one_short, cfg).chunk_len(64) == 16  # one row idles 15 steps: not worth a sync
+    assert running_scheduler(one_short, cfg).chunk_len(5) == 5  # the caller's limit
+    assert running_scheduler([3, 9], cfg).chunk_len(64) == 9  # the last rows: run to the longest
+    # 60 rows end at step 2: running on would idle 60 x 14 row-steps
+    assert running_scheduler([2] * 60 + [40] * 4, cfg).chunk_len(64) == 2
+    # ... and where several budgets end, at the one that spares the most: 8 x 14 against 12 x 10
+    assert running_scheduler([2] * 8 + [6] * 4 + [40] * 4, cfg).chunk_len(64) == 6
+    free = EngineConfig(max_batch=64, max_seq_len=128, page_size=P, decode_chunk_no_eos=16, decode_sync_row_steps=0)
+    assert running_scheduler(one_short, free).chunk_len(64) == 1  # a free sync: no row runs past its budget
+    # a group of 3 waits for slots (64 slots, 63 rows): 2 rows must finish before it fits, the second at step 5
+    assert running_scheduler([1, 5] + [30] * 61, cfg, waiting=3).chunk_len(64) == 5
+
+
+def test_a_chunk_never_runs_a_row_past_max_seq_len():
+    cfg = EngineConfig(max_batch=4, max_seq_len=24, page_size=P, decode_chunk_no_eos=16)
+    sched = running_scheduler([2, 15], cfg)
+    near_end = sched.running[0]
+    near_end.tokens.extend([7] * 15)  # 20 tokens: 5 positions of room left (its budget, 2, fits in them)
+    near_end.max_new_tokens += 15
+    assert sched.room(near_end) == 5 and sched.chunk_len(64) == 5
+
+
+def test_ragged_budgets_decode_the_same_tokens_in_fewer_chunks():
+    """A trace's per-completion budgets under ignore_eos: chunks that run rows past their budget drop the extra
+    tokens; what is kept (sampled at T = 1) is what chunks cut at every budget give."""
+    from rollout_bench.core.workload import Sampling
+    from rollout_bench.engine import Engine
+
+    model = random_model.build("qwen3-tiny", seed=0, tie_word_embeddings=False)
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, 4096, (int(k),), generator=g).tolist() for k in (5, 17, 9)]
+    budgets = [int(b) for b in torch.randint(1, 30, (6,), generator=g)]  # 3 prompts x n = 2
+    runs = {}
+    for sync in (0, 256):
+        engine = Engine(model, EngineConfig(max_batch=4, max_seq_len=64, page_size=P, decode_chunk_no_eos=16,
+                                            decode_sync_row_steps=sync, num_pages=24, cuda_graphs=False))
+        outs = engine.generate(prompts, Sampling(temperature=1.0, seed=3), budgets, n=2, ignore_eos=True)
+        assert [len(o.token_ids) for o in outs] == budgets
+        runs[sync] = ([(o.token_ids, o.logprobs) for o in outs], engine.timings["decode_chunks"])
+        engine.runner.pages.check()
+        assert engine.runner.pages.pages_free == 23  # every page back but the padding page
+    (cut, cut_chunks), (ran_on, chunks) = runs[0], runs[256]
+    assert [t for t, _ in ran_on] == [t for t, _ in cut]
+    # the logprobs within float32's noise: rows past their budget change the batch, not the arithmetic
+    assert max(abs(a - b) for (_, x), (_, y) in zip(ran_on, cut) for a, b in zip(x, y)) < 1e-5
+    assert chunks < cut_chunks

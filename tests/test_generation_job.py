@@ -54,6 +54,13 @@ def test_one_process_serves_several_cells_on_one_engine(tiny_assets, tmp_path, m
     assert job["setup_s"] == pytest.approx(sum(c["setup_s"] for c in job["cells"]), abs=1e-3)
     assert recs[0]["setup_s"] > recs[1]["setup_s"]  # the first pays for load, compile and the gate
     assert sum(c["wall_s"] for c in job["cells"]) <= job["wall_s"]
+    # ... and says so: its set-up split into its phases, which add up to it
+    phases = [r["setup_phases"] for r in recs]
+    assert phases[0]["build_s"] > 0 and phases[0]["gate_s"] == recs[0]["gate"]["seconds"] > 0
+    assert all(p["build_s"] == p["gate_s"] == 0 for p in phases[1:])
+    for r, p in zip(recs, phases):
+        assert sum(p.values()) == pytest.approx(r["setup_s"], abs=5e-3) and p["warmup_s"] > 0
+    assert [c["setup_phases"] for c in job["cells"]] == phases
 
 
 def test_a_failing_cell_is_recorded_and_the_next_one_runs(tiny_assets, tmp_path, monkeypatch):

@@ -37,8 +37,9 @@ def engine_config(spec):
     from ..engine import EngineConfig
 
     graphs = spec.variant != "eager" and str(spec.device).startswith("cuda")
+    # each cell captures the sampling path it runs (Generator.prepare): a job of greedy cells captures no top-k graphs
     return EngineConfig.from_options(dict(spec.options), max_batch=spec.batch_size, max_seq_len=spec.max_seq_len,
-                                     cuda_graphs=graphs)
+                                     cuda_graphs=graphs, capture_all=False)
 
 
 def build_engine(spec):
@@ -68,8 +69,7 @@ class Generator:
 
     def prepare(self, spec) -> None:
         """Capture this cell's sampling path in every bucket its batch can shrink to (rows finish at different
-        steps under EOS or a trace), so that no graph is captured inside a timed round. The engine captured the
-        greedy and top-k paths of every bucket when it was built."""
+        steps under EOS or a trace), so that no graph is captured inside a timed round."""
         runner = self.engine.runner
         if not runner.graphs_on:
             return
@@ -104,6 +104,8 @@ class Generator:
                 "num_pages": runner.pages.num_pages, "max_batch": cfg.max_batch, "max_seq_len": cfg.max_seq_len,
                 "page_size": cfg.page_size, "buckets": list(runner.buckets),
                 "cuda_graphs": runner.graphs_on,
+                # graphs captured so far and the wall their capture took (compiles included): the build's share
+                "graphs_captured": len(runner.graphs), "capture_s": round(runner.capture_s, 3),
                 "fused_projections": runner.fused[0][0] is not None,
                 # the options this cell's batch bucket runs (captured) with
                 "decode_kernel_options": cfg.decode_options_for(bucket),
@@ -145,6 +147,7 @@ def split(wall: float, d: dict) -> dict:
     chunk's host sync) and the rest (scheduling, page tables, per-token bookkeeping on the host)."""
     steps = d["decode_steps"]
     return {"wall_s": round(wall, 4), "prefill_s": round(d["prefill_s"], 4), "prefill_tokens": d["prefill_tokens"],
+            "prefill_passes": d["prefill_passes"],
             "decode_s": round(d["decode_s"], 4), "decode_steps": steps, "decode_chunks": d["decode_chunks"],
             "step_ms": round(1e3 * d["decode_s"] / steps, 4) if steps else None,
             # rows in flight per decode step (rows past an EOS within a chunk included: they were decoded)

@@ -27,6 +27,12 @@ class EngineConfig:
     # ... while no running sequence can stop at EOS (ignore_eos): its next finish is then known, and
     # the chunk runs up to it; at most one page of steps
     decode_chunk_no_eos: int = 64
+    # GPU time a host sync between decode chunks costs (the GPU idles while the host checks finished rows, admits
+    # and writes the rows' state), in row-steps: a chunk stops where budgets end only to spare finished rows more
+    # idle row-steps than this (Scheduler.chunk_len). On the 4B (h100-2026-12-05-session21) a decode step cost
+    # 4.28 ms at 1 row and 15.0 ms at 256 (0.042 ms a row), and a rollout cut at every budget took 6.58 s for
+    # 434 steps in 205 chunks at 116 rows a step: ~11.7 ms a chunk beyond its steps, ~280 row-steps
+    decode_sync_row_steps: int = 256
     cuda_graphs: bool = True  # one graph per batch bucket; only on CUDA
     capture_all: bool = True  # capture every bucket (greedy + top-k sampling) at start, not on first use
     compile: bool | None = None  # torch.compile the layer step; None = on for CUDA
@@ -57,6 +63,7 @@ class EngineConfig:
         assert self.max_prefill_tokens >= self.page_size
         assert 1 <= self.decode_chunk <= self.page_size
         assert self.decode_chunk_no_eos >= 1
+        assert self.decode_sync_row_steps >= 0
         assert self.fa4_prefill in ("auto", "on", "off"), self.fa4_prefill
         assert self.sampler_topk_cap >= 1
         assert self.logprobs in ("policy", "processed"), \

@@ -62,8 +62,8 @@ class Engine:
         self.runner = ModelRunner(self.model, config, fuse=fuse)
         self.scheduler = Scheduler(config, self.runner.pages)
         # wall time by phase; both phases end in a host sync, so these are device times too
-        self.timings = {"prefill_s": 0.0, "prefill_tokens": 0, "decode_s": 0.0, "decode_steps": 0,
-                        "decode_rows": 0, "decode_chunks": 0, "decode_bytes": 0}
+        self.timings = {"prefill_s": 0.0, "prefill_tokens": 0, "prefill_passes": 0, "decode_s": 0.0,
+                        "decode_steps": 0, "decode_rows": 0, "decode_chunks": 0, "decode_bytes": 0}
         # what one decode step must read (traffic.py): the weights whole, and per cached token its K/V
         self.step_weight_bytes = traffic.weight_bytes(self.model)
         self.kv_token_bytes = traffic.kv_token_bytes(self.runner.kv.layers, [p.window for p in self.runner.plan])
@@ -150,11 +150,11 @@ class Engine:
             self._sample_first(logits[rows], seqs)
             self.timings["prefill_s"] += time.perf_counter() - t0
             self.timings["prefill_tokens"] += sum(g[0].num_tokens - 1 for g in groups)
+            self.timings["prefill_passes"] += 1
             sched.finish([s for s in seqs if s.finished])
         if not sched.running or max_steps == 0:
             return
-        chunk = min(sched.chunk_cap(sched.running), min(s.remaining for s in sched.running),
-                    max_steps or self.config.max_chunk)
+        chunk = sched.chunk_len(max_steps or self.config.max_chunk)
         sched.reserve(chunk)
         if not sched.running:
             return

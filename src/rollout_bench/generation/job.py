@@ -123,8 +123,9 @@ def run_group(*, backend: str, variant: str, model: str, cells: list[Cell], mode
         record["job"] = {"record": out, "index": len(job["cells"]), "cells": len(cells)}
         rec = stats.finish(record, cell.out)
         job["cells"].append({"out": cell.out, "case": cell.case, "batch_size": cell.workload["batch_size"],
-                             "status": rec["status"], "setup_s": setup_s, "timed_s": round(timed_s, 3),
-                             "other_s": round(max(0.0, wall - setup_s - timed_s), 3), "wall_s": round(wall, 3)})
+                             "status": rec["status"], "setup_s": setup_s, "setup_phases": rec.get("setup_phases"),
+                             "timed_s": round(timed_s, 3), "other_s": round(max(0.0, wall - setup_s - timed_s), 3),
+                             "wall_s": round(wall, 3)})
         state["mark"] = now
         return rec
 
@@ -223,7 +224,8 @@ def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, flo
     setup_s = round(result["t_first_round"] - record["_t0"], 3)
     fields = result["fields"]
     peak, engine_info = measure.memory(gen, cuda, built)
-    fields.update(engine=engine_info, peak_memory_gb=peak, setup_s=setup_s)
+    fields.update(engine=engine_info, peak_memory_gb=peak, setup_s=setup_s,
+                  setup_phases=setup_phases(setup_s, result["phases"], built, record.get("gate")))
     bad = measure.check_lengths(result["outputs"], spec, result["budgets"])
     if bad:
         return stats.failed({**record, "attempts": fields["attempts"]}, bad), setup_s, fields["timed_s"]
@@ -233,6 +235,15 @@ def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, flo
         median_wall_s=record["median_wall_s"], engine_round=engine_info.get("last_round"))
     record["sample_completions"] = [prompt_assets.decode(tok, o)[:300] for o in result["outputs"][:3]]
     return record, setup_s, fields["timed_s"]
+
+
+def setup_phases(setup_s: float, cell: dict, built, gate: dict | None) -> dict:
+    """Where a cell's set-up went: the engine's build and gate (the job's first cell pays them), the cell's own
+    preparation (flex captures its sampling path) and warm-up; `before_s` is the rest: for the first cell the
+    process's start (imports, tokenizer, prompts), for a later one the previous cell's tail."""
+    paid = {"build_s": built.seconds if built else 0.0,
+            "gate_s": gate["seconds"] if built and gate else 0.0, **cell}
+    return {"before_s": round(max(0.0, setup_s - sum(paid.values())), 3), **{k: round(v, 3) for k, v in paid.items()}}
 
 
 def close_job(job: dict, clock: Clock, out: str | None) -> dict:

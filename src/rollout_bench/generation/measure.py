@@ -42,17 +42,19 @@ class Built:
     gen: object
     peak_allocated: float | None = None
     peak_reserved: float | None = None
+    seconds: float = 0.0  # the build's wall: weights loaded, compiled, graphs captured
 
 
 def build(gen_factory, spec: GenSpec) -> Built:
     cuda = envinfo.cuda()
+    t0 = time.perf_counter()
     if cuda:
         cuda.reset_peak_memory_stats()
     gen = gen_factory(spec)
     if cuda:
         cuda.synchronize()
-        return Built(gen, cuda.max_memory_allocated(), cuda.max_memory_reserved())
-    return Built(gen)
+        return Built(gen, cuda.max_memory_allocated(), cuda.max_memory_reserved(), time.perf_counter() - t0)
+    return Built(gen, seconds=time.perf_counter() - t0)
 
 
 @dataclass
@@ -110,7 +112,10 @@ def measure_cell(gen, spec: GenSpec, workload: dict, attempts: list[list[list[li
     fields describe the last attempt; `attempts` in them records every one."""
     sync = cuda.synchronize if cuda else (lambda: None)
     n, draws = spec.num_generations, Draws(workload)
+    t_cell = time.perf_counter()
     getattr(gen, "prepare", lambda s: None)(spec)  # e.g. flex captures this cell's sampling path
+    sync()
+    t_prepared = time.perf_counter()
     if warmup:
         call(gen, warmup, n, draws.budgets(0, warmup))
     sync()
@@ -131,6 +136,7 @@ def measure_cell(gen, spec: GenSpec, workload: dict, attempts: list[list[list[li
         "outputs": outs,
         "budgets": budgets,
         "t_first_round": t_first,
+        "phases": {"prepare_s": t_prepared - t_cell, "warmup_s": t_first - t_prepared},
         "fields": {
             "batch_size": spec.batch_size,
             "n_prompts": len(attempts[0][0]),
