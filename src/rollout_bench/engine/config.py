@@ -29,9 +29,9 @@ class EngineConfig:
     decode_chunk_no_eos: int = 64
     # GPU time a host sync between decode chunks costs (the GPU idles while the host checks finished rows, admits
     # and writes the rows' state), in row-steps: a chunk stops where budgets end only to spare finished rows more
-    # idle row-steps than this (Scheduler.chunk_len). On the 4B (h100-2026-12-05-session21) a decode step cost
-    # 4.28 ms at 1 row and 15.0 ms at 256 (0.042 ms a row), and a rollout cut at every budget took 6.58 s for
-    # 434 steps in 205 chunks at 116 rows a step: ~11.7 ms a chunk beyond its steps, ~280 row-steps
+    # idle row-steps than this (Scheduler.chunk_len). On the 4B (h100-2026-12-05-headline) a decode step cost
+    # 4.15 ms at 1 row and 13.0 ms at 256 (0.035 ms a row), and the rollout cell, cut at every budget, took 6.05 s
+    # for 461 steps in 200 chunks at 110 rows a step: ~10 ms a chunk beyond its steps, ~300 row-steps
     decode_sync_row_steps: int = 256
     cuda_graphs: bool = True  # one graph per batch bucket; only on CUDA
     capture_all: bool = True  # capture every bucket (greedy + top-k sampling) at start, not on first use

@@ -58,9 +58,10 @@ class Scheduler:
         its end and the tokens past its budget are dropped, as past an EOS (its draws are keyed by position,
         sampler.request_seed, so the kept tokens do not depend on the chunking). The chunk stops early, where
         budgets end, only if the rows finished by then would otherwise idle for more row-steps than a host sync
-        costs (cfg.decode_sync_row_steps): cutting every chunk at the nearest budget made a GRPO rollout's ragged
-        lengths (64 prompts x 8, config/traces/) sync with the host every 2 steps. While a group waits for slots,
-        the chunk ends where enough rows have finished to admit it."""
+        costs (cfg.decode_sync_row_steps): cutting every chunk at the nearest budget made a GRPO rollout's
+        ragged lengths (64 prompts x 8, config/traces/) sync with the host every 2.3 steps
+        (h100-2026-12-05-headline). While a group waits for slots, the chunk ends where enough rows have finished
+        to admit it."""
         rem = sorted(s.remaining for s in self.running)  # [n]
         end = min(self.chunk_cap(self.running), limit, rem[-1], min(map(self.room, self.running)))
         if self.waiting:
