@@ -28,17 +28,25 @@ def test_what_an_import_set_is_undone_and_the_users_own_kept():
     assert env == {"TRITON_CACHE_DIR": "/mine"}
 
 
-def test_the_commit_comes_from_git_or_from_whoever_carried_the_checkout(monkeypatch, tmp_path):
-    v = envinfo.code_version()
-    assert len(v["git_commit"]) == 40 and v["git_source"] == "git" and isinstance(v["git_dirty"], bool)
+def test_the_commit_comes_from_whoever_carried_the_checkout_else_from_git(monkeypatch, tmp_path):
     from rollout_bench.core import envinfo as e
 
-    monkeypatch.setattr("rollout_bench.ROOT", tmp_path)  # a copy without .git
+    monkeypatch.delenv(e.COMMIT_VAR, raising=False)
     e.code_version.cache_clear()
-    monkeypatch.setenv(e.COMMIT_VAR, "a" * 40)
-    monkeypatch.setenv(e.DIRTY_VAR, "0")
     try:
-        assert e.code_version() == {"git_commit": "a" * 40, "git_dirty": False, "git_source": "env"}
+        v = e.code_version()
+        assert len(v["git_commit"]) == 40 and v["git_source"] == "git" and isinstance(v["git_dirty"], bool)
+        monkeypatch.setenv(e.COMMIT_VAR, "a" * 40)
+        monkeypatch.setenv(e.DIRTY_VAR, "0")
+        carried = {"git_commit": "a" * 40, "git_dirty": False, "git_source": "env"}
+        e.code_version.cache_clear()
+        assert e.code_version() == carried  # over this checkout's own .git
+        monkeypatch.setattr("rollout_bench.ROOT", tmp_path)  # a copy without .git
+        e.code_version.cache_clear()
+        assert e.code_version() == carried
+        monkeypatch.delenv(e.COMMIT_VAR)
+        e.code_version.cache_clear()
+        assert e.code_version() == {"git_commit": None, "git_dirty": None, "git_source": None}
     finally:
         e.code_version.cache_clear()
     assert envinfo.process_age_s() > 0

@@ -56,10 +56,16 @@ def git(root, *args) -> str | None:
 @cache
 def code_version() -> dict:
     """The git commit of the code that ran and whether the checkout differed from it (uncommitted changes to
-    tracked files): from git where the checkout has its .git, else from ROLLOUT_BENCH_GIT_COMMIT / _DIRTY; None
-    where neither says."""
+    tracked files): from ROLLOUT_BENCH_GIT_COMMIT / _DIRTY where whoever carried the checkout set them, else from
+    git where the checkout has its .git; None where neither says. The carrier's word wins: a carried copy's .git
+    can be another commit's (a device session's smoke run read 4af6a68, dirty, for a tree at 6e66195)."""
     from .. import ROOT
 
+    commit = os.environ.get(COMMIT_VAR) or None
+    if commit:
+        dirty = os.environ.get(DIRTY_VAR)
+        return {"git_commit": commit, "git_dirty": None if dirty is None else dirty not in ("0", "false", ""),
+                "git_source": "env"}
     try:
         head = git(ROOT, "rev-parse", "HEAD")
         status = git(ROOT, "status", "--porcelain", "--untracked-files=no") if head else None
@@ -67,10 +73,7 @@ def code_version() -> dict:
         head = status = None
     if head and status is not None:
         return {"git_commit": head.strip(), "git_dirty": bool(status.strip()), "git_source": "git"}
-    commit = os.environ.get(COMMIT_VAR) or None
-    dirty = os.environ.get(DIRTY_VAR)
-    return {"git_commit": commit, "git_dirty": None if dirty is None else dirty not in ("0", "false", ""),
-            "git_source": "env" if commit else None}
+    return {"git_commit": None, "git_dirty": None, "git_source": None}
 
 
 def process_age_s() -> float | None:
