@@ -11,13 +11,15 @@ GEN = ROOT / "results/published/h200-2026-12-04-session16/runs/generate/qwen3-4b
 TRAIN = ROOT / "results/published/h200-2026-12-03-session12/learn/train/qwen3-small-warm"
 
 
-def _cell(res, backend, case, bs, tps, walls, uuid="GPU-a", commit="c0ffee", lora=0):
+def _cell(res, backend, case, bs, tps, walls, uuid="GPU-a", commit="c0ffee", lora=0, others=None):
     rec = json.loads((GEN / {"flex": "flex/graphs", "vllm": "vllm/default"}[backend] / "sweep/bs8.json").read_text())
     rec = copy.deepcopy(rec)
     rec.update(case=case, decode_tps=tps, rounds=[{"wall_s": w, "decoded_tokens": 100, "prompt_tokens": 10}
                                                     for w in walls])
     rec["workload"].update(case=case, batch_size=bs, lora_rank=lora)
     rec["env"].update(gpu_uuids=[uuid], git_commit=commit, git_dirty=False)
+    if others is not None:
+        rec["isolation"]["host_load"] = {"busy": others + 0.05, "own": 0.05, "others": others}
     out = res / "generate/qwen3-4b" / backend / rec["variant"] / case / f"bs{bs}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rec))
@@ -43,7 +45,7 @@ def _run(tmp_path, name, profile="headline", flex_walls=(1.0, 1.01, 1.02)):
     res = tmp_path / name / "results"
     _cell(res, "flex", "greedy", 8, 3000.0, flex_walls)
     _cell(res, "vllm", "greedy", 8, 2000.0, (1.0, 1.0, 1.03))
-    _cell(res, "flex", "greedy", 64, 9000.0, (1.0, 1.2, 1.0))  # spread 20%: no ratio
+    _cell(res, "flex", "greedy", 64, 9000.0, (1.0, 1.2, 1.0), others=0.3)  # spread 20%: no ratio
     _cell(res, "vllm", "greedy", 64, 10000.0, (1.0, 1.0, 1.0))
     _cell(res, "flex", "lora", 64, 8000.0, (1.0, 1.0, 1.0), lora=32)
     _train(res, "flex", 2.0)
@@ -68,7 +70,9 @@ def test_the_answer_is_the_newest_headline_run_alone(tmp_path):
     assert list(rows) == ["greedy 8", "greedy 64"]  # the config's order
     assert "**1.50**" in rows["greedy 8"]  # 3000 / 2000
     assert "| — |" in rows["greedy 64"]  # flex's rounds spread 20% > 5%: no ratio, and it says why
-    assert "greedy, B = 64: no ratio, rounds spread flex 20%" in text
+    # ... with the host's load elsewhere during those rounds, where the stats record it
+    assert "greedy, B = 64: no ratio, rounds spread flex 20% with 30% of the host's CPUs busy elsewhere" in text
+    assert "| 20.0% (30%), 0.0% |" in rows["greedy 64"]
     assert "lora (LoRA r32), B = 64: flex ok, vllm not run" in text  # one side only: named, not compared
     assert "not run by either: lora B = 8" in text and "This run did not finish" in text
     assert "**0.50**" in text  # GRPO: 2.0 s a step against 4.0

@@ -209,3 +209,42 @@ def test_a_lease_whose_process_died_unlogged_is_no_neighbour(tmp_path):
     with isolation.window(env) as w:
         time.sleep(0.05)
     assert w.neighbours == []
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_host_load_tells_the_jobs_own_cpu_from_everyone_elses(tmp_path):
+    """A process outside the job spinning through the window is `others`; the job spinning itself is `own`."""
+    if isolation.host_cpu_s() is None:
+        pytest.skip("no /proc/stat on this host")
+    n = os.cpu_count()
+    with isolation.window({}) as quiet:
+        time.sleep(0.5)
+    neighbour = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 1.5\nwhile time.time() < t: pass"])
+    try:
+        with isolation.window({}) as busy_host:
+            time.sleep(1.0)
+    finally:
+        neighbour.wait()
+    with isolation.window({}) as busy_self:
+        _spin(1.0)
+    one_cpu = 1 / n  # a process spinning on one CPU of n
+    assert busy_host.host_load["others"] >= quiet.host_load["others"] + 0.6 * one_cpu
+    assert busy_host.host_load["own"] < 0.2 * one_cpu
+    assert busy_self.host_load["own"] >= 0.8 * one_cpu
+    assert isolation.record(busy_host, {})["host_load"] == busy_host.host_load
+
+
+def test_host_load_is_none_without_proc_stat(tmp_path):
+    assert isolation.host_cpu_s(str(tmp_path / "missing")) is None
+    assert isolation.load(None, (1.0, 2.0), 0.1) is None
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 100 0 50 800 50 0 0 0 0 0\n")
+    busy, total = isolation.host_cpu_s(str(stat))
+    tick = os.sysconf("SC_CLK_TCK")
+    assert (busy, total) == (150 / tick, 1000 / tick)  # iowait counts as idle
+    assert isolation.load((0.0, 0.0), (3.0, 10.0), 1.0) == {"busy": 0.3, "own": 0.1, "others": 0.2}

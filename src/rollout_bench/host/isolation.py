@@ -1,5 +1,6 @@
 """What a leased job knows of its neighbours: its own CPU share, the other leases that overlapped
-its timed window (from the lock directory's lease log), and an opt-in timing lock shared through the lock directory.
+its timed window (from the lock directory's lease log), the host's CPU load over that window (its own and everyone
+else's), and an opt-in timing lock shared through the lock directory.
 
 gpu_lease appends a `start` and an `end` line per lease to <lock dir>/leases.jsonl and exports
 the lease's id, CPU set and lock directory to the job. Timed code wraps its window in `window()`;
@@ -87,13 +88,43 @@ def overlapping(lock_dir, own: str | None, t0: float, t1: float) -> list[dict]:
     return sorted(out, key=lambda x: -x["overlap_s"])
 
 
+def host_cpu_s(stat: str = "/proc/stat") -> tuple[float, float] | None:
+    """(busy, all) CPU seconds of the whole host since boot, summed over its CPUs; None off Linux."""
+    try:
+        with open(stat) as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already inside user and nice
+    return (total - idle) / tick, total / tick
+
+
+def own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def load(before, after, own_s: float) -> dict | None:
+    """The host's CPU load over a window, as fractions of all its CPUs' time: `busy` in all, `own` this process's
+    share of it (its threads: a backend's scheduler, detokeniser, kernel launches), `others` the rest, which a
+    timed round did not cause and may have been slowed by."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    busy, total = after[0] - before[0], after[1] - before[1]
+    own = min(own_s, busy)
+    return {"busy": round(busy / total, 4), "own": round(own / total, 4), "others": round((busy - own) / total, 4)}
+
+
 @dataclass
 class Window:
-    """One timed window: wall-clock bounds, the lock wait, and the neighbours once it closed."""
+    """One timed window: wall-clock bounds, the lock wait, the host's CPU load and the neighbours once it closed."""
     t0: float = 0.0
     t1: float = 0.0
     lock_wait_s: float | None = None
     neighbours: list = field(default_factory=list)
+    host_load: dict | None = None
 
 
 @contextmanager
@@ -108,11 +139,13 @@ def window(environ=os.environ):
         lock = open(Path(lock_dir) / TIMING_LOCK, "a+")
         fcntl.flock(lock, fcntl.LOCK_EX)
         w.lock_wait_s = round(time.time() - t, 3)
+    cpu0, own0 = host_cpu_s(), own_cpu_s()
     w.t0 = time.time()
     try:
         yield w
     finally:
         w.t1 = time.time()
+        w.host_load = load(cpu0, host_cpu_s(), own_cpu_s() - own0)
         if lock is not None:
             fcntl.flock(lock, fcntl.LOCK_UN)
             lock.close()
@@ -130,4 +163,5 @@ def record(w: Window, environ=os.environ) -> dict:
         threads = None
     return {"lease": environ.get(LEASE_VAR), "cpus": cpus or None, "affinity": len(os.sched_getaffinity(0)),
             "torch_threads": threads, "timing_lock": environ.get(TIMING_LOCK_VAR) == "1",
-            "window_s": round(w.t1 - w.t0, 3), "lock_wait_s": w.lock_wait_s, "neighbours": w.neighbours}
+            "window_s": round(w.t1 - w.t0, 3), "lock_wait_s": w.lock_wait_s, "neighbours": w.neighbours,
+            "host_load": w.host_load}

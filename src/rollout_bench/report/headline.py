@@ -107,17 +107,26 @@ def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None) 
             ratio = last_ratio = "—"
             again = " after the job measured it again" if max(x.attempts, y.attempts) > 1 else ""
             notes.append(f"{name}, B = {key[1]}: no ratio, rounds spread "
-                         + ", ".join(f"{s.backend} {100 * s.round_spread:.0f}%" for s in spread_bad)
+                         + ", ".join(f"{s.backend} {100 * s.round_spread:.0f}%{_others(s)}" for s in spread_bad)
                          + f" (over {100 * limit:.0f}%{again})")
         last = f"{fmt(x.time_to_last_s, '.2f')}, {fmt(y.time_to_last_s, '.2f')} ({last_ratio})"
         rows.append(f"| {name} | {key[1]} | {fmt(x.decode_tps)} | {fmt(y.decode_tps)} | {ratio} | {last} "
                     f"| {bandwidth(x.decode_gb_per_s, x.of_copy_rate)} "
-                    f"| {100 * x.round_spread:.1f}%, {100 * y.round_spread:.1f}% "
+                    f"| {_spread(x)}, {_spread(y)} "
                     f"| {fmt(x.peak_gb, '.0f')}, {fmt(y.peak_gb, '.0f')} |")
     never = [k for k in asked if k not in ran]
     if never:
         notes.append("not run by either: " + ", ".join(f"{c} B = {bs}" for c, bs in never))
     return rows, notes, missing or bool(never)
+
+
+def _others(s: pd.Series) -> str:
+    """The CPU load of everything else on the host during a side's rounds, where its stats record it."""
+    return "" if pd.isna(s.others_cpu) else f" with {100 * s.others_cpu:.0f}% of the host's CPUs busy elsewhere"
+
+
+def _spread(s: pd.Series) -> str:
+    return f"{100 * s.round_spread:.1f}%" + ("" if pd.isna(s.others_cpu) else f" ({100 * s.others_cpu:.0f}%)")
 
 
 def train_rows(recs: list, a: str, b: str) -> tuple[list[str], list[str], bool]:
@@ -164,7 +173,7 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
         f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(recs)}.",
         "",
         f"| cell | B | {a} tok/s | {b} tok/s | {a} / {b} | time to last completion s: {a}, {b} ({a} / {b}) "
-        f"| {a} GB/s (of copy) | round spread {a}, {b} | peak GB {a}, {b} |",
+        f"| {a} GB/s (of copy) | round spread {a}, {b} (host CPUs busy elsewhere) | peak GB {a}, {b} |",
         "|---|--:|--:|--:|--:|---|--:|---|---|",
         *gen,
         "",
@@ -182,7 +191,8 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
                  f"({rounds} rounds, each with prompts of its own). Time to last completion: the median round's wall "
                  f"(a round ends with its last completion: what a GRPO step waits for). GB/s: the weights and K/V "
                  f"{a}'s decode steps must read over their time, and that as a fraction of the copy rate measured in "
-                 f"the same job. Peak GB: the most the job held, torch's reserved memory or the engine's own pool "
+                 f"the same job. Host CPUs busy elsewhere: the CPU time of everything but the job itself during its timed "
+                 f"rounds, of all the host's CPUs (runs before 2026-12-06 do not record it). Peak GB: the most the job held, torch's reserved memory or the engine's own pool "
                  f"({a}'s is sized for its job's largest batch, which every cell of the job shares; {b}'s is the "
                  f"device memory in use, its gpu_memory_utilization share and more). A ratio is shown only where "
                  f"both sides' rounds spread at most {fmt(100 * limit, '.0f') if limit else '—'}%.")
