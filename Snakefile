@@ -17,6 +17,19 @@ include: "rules/train.smk"
 rb_compile_cache.restore(_CACHE_ENV)
 
 
+# the command's own wall time (results/logs/invocation.json); a dry run calls none of these
+onstart:
+    rb_invocation.start(config.get("profile"))
+
+
+onsuccess:
+    rb_invocation.finish(ok=True)
+
+
+onerror:
+    rb_invocation.finish(ok=False)
+
+
 # Under a cluster executor these run on the submit host: seconds of CPU each, less than a queue wait.
 # The model and LoRA assets load the model (GBs for the 4B shape) and go to the cluster.
 localrules:

@@ -16,6 +16,7 @@ from rollout_bench.host import compile_cache as rb_compile_cache
 from rollout_bench.host import gpu_lease as rb_lease
 from rollout_bench.pipeline import config as rb_config
 from rollout_bench.pipeline import invalid_stats as rb_invalid_stats
+from rollout_bench.pipeline import invocation as rb_invocation
 from rollout_bench.pipeline import jobs as rb_jobs
 from rollout_bench.pipeline import plan as rb_plan
 from rollout_bench.pipeline import sources as rb_sources

@@ -41,7 +41,7 @@ def _job(res, backend, setup, wall):
                                "cells": [{"setup_s": setup, "timed_s": wall - setup}]}))
 
 
-def _run(tmp_path, name, profile="headline", flex_walls=(1.0, 1.01, 1.02)):
+def _run(tmp_path, name, profile="headline", flex_walls=(1.0, 1.01, 1.02), invocation=None):
     res = tmp_path / name / "results"
     _cell(res, "flex", "greedy", 8, 3000.0, flex_walls)
     _cell(res, "vllm", "greedy", 8, 2000.0, (1.0, 1.0, 1.03))
@@ -52,6 +52,9 @@ def _run(tmp_path, name, profile="headline", flex_walls=(1.0, 1.01, 1.02)):
     _train(res, "vllm", 4.0)
     _job(res, "flex", 10.0, 50.0)
     _job(res, "vllm", 30.0, 70.0)
+    if invocation is not None:
+        (res / "logs").mkdir(parents=True, exist_ok=True)
+        (res / "logs/invocation.json").write_text(json.dumps(invocation))
     cfg = tmp_path / name / "config.yaml"
     cfg.write_text(f"profile: {profile}\ntrain_backends: [flex, vllm]\nworkload: {{max_round_spread: 0.05, cases: "
                    f"{{greedy: {{batch_sizes: [8, 64]}}, lora: {{batch_sizes: [8, 64]}}}}}}\n")
@@ -78,6 +81,9 @@ def test_the_answer_is_the_newest_headline_run_alone(tmp_path):
     assert "**0.50**" in text  # GRPO: 2.0 s a step against 4.0
     # start-up: the generation jobs' and GRPO runs' set-up over their walls: (10 + 30 + 30 + 30) / (50 + 70 + 200)
     assert "100 s of 320 s setting up (31%" in text
+    assert "wall time is not recorded in this folder" in text
+    _run(tmp_path, "b", invocation={"command": "snakemake", "wall_s": 871.3, "ok": True})
+    assert "The invocation took 871 s (14.5 min) from start to end." in headline.block(tmp_path / "b/results/published")
 
 
 def test_other_profiles_never_make_the_answer(tmp_path):

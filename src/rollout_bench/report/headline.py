@@ -146,6 +146,18 @@ def train_rows(recs: list, a: str, b: str) -> tuple[list[str], list[str], bool]:
     return [row], [], False
 
 
+def invocation_note(folder: Path) -> str:
+    """The command's wall from its own record (pipeline/invocation.py), where the run wrote one."""
+    p = folder / "logs" / "invocation.json"
+    if not p.exists():
+        return "The invocation's wall time is not recorded in this folder (runs before 2026-12-06)."
+    rec = json.loads(p.read_text())
+    if rec.get("wall_s") is None:
+        return "The invocation did not record its end (stopped before it finished)."
+    how = "" if rec.get("ok") else ", with failed jobs"
+    return f"The invocation took {fmt(rec['wall_s'], ',.0f')} s ({rec['wall_s'] / 60:.1f} min) from start to end{how}."
+
+
 def autotune_note(recs: list) -> str:
     walls = [r["wall_s"] for _, r in _of(recs, "autotune")]
     return f"; the autotune pass, a measurement of its own, took {fmt(sum(walls), ',.0f')} s more" if walls else ""
@@ -170,7 +182,8 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
         f"commit {commits}{dirty}, on one {', '.join(man['gpu_names'])} ({', '.join(u[:12] for u in man['gpu_uuids'])})"
         f", published {man['published_at'][:10]}. Its generation and GRPO jobs spent {fmt(share['setup_s'], ',.0f')} s "
         f"of {fmt(share['wall_s'], ',.0f')} s setting up ({fmt(100 * share['share'], '.0f') if share['share'] else '—'}%"
-        f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(recs)}.",
+        f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(recs)}. "
+        f"{invocation_note(folder)}",
         "",
         f"| cell | B | {a} tok/s | {b} tok/s | {a} / {b} | time to last completion s: {a}, {b} ({a} / {b}) "
         f"| {a} GB/s (of copy) | round spread {a}, {b} (host CPUs busy elsewhere) | peak GB {a}, {b} |",

@@ -1,0 +1,18 @@
+"""The command's own wall time, recorded by the Snakefile's handlers: from the process's start to its end."""
+import json
+import time
+
+from rollout_bench.pipeline import invocation
+
+
+def test_an_invocation_records_its_command_and_wall(tmp_path):
+    path = tmp_path / "logs/invocation.json"
+    assert invocation.finish(True, str(path)) is None  # no start written: nothing to finish, nothing written
+    assert not path.exists()
+    rec = invocation.start("headline", str(path), argv=["/x/snakemake", "--cores", "16", "--config", "profile=headline"])
+    assert rec["command"] == "snakemake --cores 16 --config profile=headline" and rec["wall_s"] is None
+    assert rec["t0"] <= time.time()  # backdated to the process's start
+    time.sleep(0.05)
+    done = invocation.finish(False, str(path))
+    assert done["ok"] is False and done["wall_s"] >= 0.05 and done["profile"] == "headline"
+    assert json.loads(path.read_text()) == done
