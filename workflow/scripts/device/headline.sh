@@ -1,6 +1,7 @@
 #!/bin/bash
-# The plan of a headline session, run by launch.sh from /tmp/rb, one step after the other so that the headline
-# profile has the GPU to itself and runs before anything the device budget could cut short:
+# The plan of a headline session, run by launch.sh from /tmp/rb (`launch.sh headline.sh [STEPS]`, default S H T),
+# one step after the other so that the headline profile has the GPU to itself and runs before anything the device
+# budget could cut short:
 #   S  the smoke run, once the core and vLLM groups are installed (not timed)
 #   H  the headline profile; then its tables
 #   T  the GPU tests (pytest -m gpu)
@@ -13,26 +14,31 @@ say() { echo "$(date -u +%H:%M:%S) $*" >> $LOG; }
 export PYTHONUNBUFFERED=1 VLLM_HOST_IP=127.0.0.1 VLLM_ENABLE_V1_MULTIPROCESSING=0
 CC=/tmp/compile_cache
 CACHES="TORCHINDUCTOR_CACHE_DIR=$CC/inductor TRITON_CACHE_DIR=$CC/triton VLLM_CACHE_ROOT=$CC/vllm"
-say "plan start at ${ROLLOUT_BENCH_GIT_COMMIT:-?} dirty=${ROLLOUT_BENCH_GIT_DIRTY:-?}"
+STEPS="${*:-S H T}"
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+say "plan ($STEPS) start at ${ROLLOUT_BENCH_GIT_COMMIT:-?} dirty=${ROLLOUT_BENCH_GIT_DIRTY:-?}"
 # a group only once installed whole: a package half-written by its install would fail the jobs that import it
 while [ ! -f /tmp/site-core/.installed ] || [ ! -f /tmp/site-vllm/.installed ]; do sleep 2; done
 mkdir -p /tmp/rb-bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/rb-bin/python && chmod +x /tmp/rb-bin/python
 export PATH="/tmp/rb-bin:$PATH"
 SITE=/tmp/site-vllm:/tmp/site-core
-say "S start"
-env $CACHES PYTHONPATH=$SITE:$PWD/src timeout 900 python3 -m rollout_bench.pipeline.smoke --gpu 0 --workdir /tmp/smoke \
-  > /tmp/smoke.log 2>&1
-say "S rc=$?"
-say "H start"
-rm -rf /tmp/w && mkdir -p /tmp/w && cp -r Snakefile rules workflow config src envs profiles pyproject.toml /tmp/w/
-(cd /tmp/w
+if step S; then
+  say "S start"
+  env $CACHES PYTHONPATH=$SITE:$PWD/src timeout 900 python3 -m rollout_bench.pipeline.smoke --gpu 0 --workdir /tmp/smoke \
+    > /tmp/smoke.log 2>&1
+  say "S rc=$?"
+fi
+step H && say "H start" && rm -rf /tmp/w && mkdir -p /tmp/w && cp -r Snakefile rules workflow config src envs profiles pyproject.toml /tmp/w/
+step H && (cd /tmp/w
  t0=$(date +%s)
  env $CACHES PYTHONPATH=$SITE:$PWD/src python3 -m snakemake --cores 16 --resources gpu=1 \
    --config profile=headline --keep-going > /tmp/headline.log 2>&1
  rc=$?
  say "H rc=$rc wall=$(( $(date +%s) - t0 ))s"
  echo "$(( $(date +%s) - t0 ))" > /tmp/headline_wall_s)
-say "T start"
-PYTHONPATH=/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider tests > /tmp/pytest_gpu.log 2>&1
-say "T rc=$?"
+if step T; then
+  say "T start"
+  PYTHONPATH=/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider tests > /tmp/pytest_gpu.log 2>&1
+  say "T rc=$?"
+fi
 say DONE
