@@ -1,0 +1,20 @@
+#!/bin/bash
+# cache_pack.sh FIRST [COUNT]: the host's compile caches (the plan's /tmp/compile_cache: Inductor, Triton, vLLM; and
+# FlashInfer's JIT directory) as one tar in 15 MiB parts, parts FIRST..FIRST+COUNT-1 (default 4: what one call may
+# bring back) copied into $OUT. The tar is made once, by the first call, once the plan is DONE: a later session
+# carries the parts back (cache_unpack.sh), as a host that keeps its cache directory between runs would have it.
+T=/tmp/cache_tar
+first=${1:?first part} count=${2:-4}
+if [ ! -f $T/made ]; then
+  grep -q DONE /tmp/bg.log 2>/dev/null || { echo "the plan is not DONE: caches still being written"; exit 1; }
+  rm -rf $T && mkdir -p $T
+  dirs=$(cd / && ls -d tmp/compile_cache root/.cache/flashinfer 2>/dev/null)
+  tar czf - -C / $dirs | split -b 15M -d -a 3 - $T/cache.tgz.part && touch $T/made
+fi
+ls $T | grep -c part | xargs echo parts:
+du -sh /tmp/compile_cache/* /root/.cache/flashinfer 2>/dev/null
+mkdir -p "$OUT/cache"
+for i in $(seq "$first" $((first + count - 1))); do
+  p=$(printf '%s/cache.tgz.part%03d' $T "$i"); [ -f "$p" ] && cp "$p" "$OUT/cache/"
+done
+ls -la "$OUT/cache"
