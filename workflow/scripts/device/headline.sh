@@ -12,8 +12,8 @@ LOG=/tmp/bg.log
 say() { echo "$(date -u +%H:%M:%S) $*" >> $LOG; }
 [ -f .carry/commit.env ] && . .carry/commit.env
 export PYTHONUNBUFFERED=1 VLLM_HOST_IP=127.0.0.1 VLLM_ENABLE_V1_MULTIPROCESSING=0
-CC=/tmp/compile_cache
-CACHES="TORCHINDUCTOR_CACHE_DIR=$CC/inductor TRITON_CACHE_DIR=$CC/triton VLLM_CACHE_ROOT=$CC/vllm"
+CACHE_ROOT=/tmp/compile_cache  # not CC: the C compiler variable, exported on the device, Triton builds with it
+CACHES="TORCHINDUCTOR_CACHE_DIR=$CACHE_ROOT/inductor TRITON_CACHE_DIR=$CACHE_ROOT/triton VLLM_CACHE_ROOT=$CACHE_ROOT/vllm"
 STEPS="${*:-S H T}"
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 say "plan ($STEPS) start at ${ROLLOUT_BENCH_GIT_COMMIT:-?} dirty=${ROLLOUT_BENCH_GIT_DIRTY:-?}"
