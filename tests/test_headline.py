@@ -84,6 +84,12 @@ def test_the_answer_is_the_newest_headline_run_alone(tmp_path):
     assert "wall time is not recorded in this folder" in text
     _run(tmp_path, "b", invocation={"command": "snakemake", "wall_s": 871.3, "ok": True})
     assert "The invocation took 871 s (14.5 min) from start to end." in headline.block(tmp_path / "b/results/published")
+    # an invocation stopped before its end: how long after its start its last recorded job ended
+    folder = _run(tmp_path, "c", invocation={"command": "snakemake", "t0": 0.0, "wall_s": None, "ok": None})
+    t0 = headline.last_end(headline._read(folder)) - 250.0
+    (folder / "logs/invocation.json").write_text(json.dumps({"command": "snakemake", "t0": t0, "wall_s": None}))
+    assert ("did not record its end (stopped before its last jobs finished); its last job with a record ended 250 s "
+            "(4.2 min) after its start") in headline.block(tmp_path / "c/results/published")
 
 
 def test_other_profiles_never_make_the_answer(tmp_path):

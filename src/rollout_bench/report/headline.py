@@ -146,14 +146,27 @@ def train_rows(recs: list, a: str, b: str) -> tuple[list[str], list[str], bool]:
     return [row], [], False
 
 
-def invocation_note(folder: Path) -> str:
-    """The command's wall from its own record (pipeline/invocation.py), where the run wrote one."""
+def last_end(recs: list[tuple[Path, dict]]) -> float | None:
+    """When the last job with a record (a cell's, a job's, a GRPO run's, the autotune pass's) ended, as a timestamp."""
+    import datetime as dt
+
+    ends = [dt.datetime.fromisoformat(r["started_at"]).timestamp() + r["wall_s"] for _, r in recs
+            if isinstance(r.get("started_at"), str) and isinstance(r.get("wall_s"), (int, float))]
+    return max(ends) if ends else None
+
+
+def invocation_note(folder: Path, recs: list[tuple[Path, dict]]) -> str:
+    """The command's wall from its own record (pipeline/invocation.py), where the run wrote one; where it did not
+    record its end, how long after its start its last recorded job ended."""
     p = folder / "logs" / "invocation.json"
     if not p.exists():
         return "The invocation's wall time is not recorded in this folder (runs before 2026-12-06)."
     rec = json.loads(p.read_text())
     if rec.get("wall_s") is None:
-        return "The invocation did not record its end (stopped before it finished)."
+        end = last_end(recs)
+        after = "" if end is None else (f"; its last job with a record ended {fmt(end - rec['t0'], ',.0f')} s "
+                                        f"({(end - rec['t0']) / 60:.1f} min) after its start")
+        return f"The invocation did not record its end (stopped before its last jobs finished){after}."
     how = "" if rec.get("ok") else ", with failed jobs"
     return f"The invocation took {fmt(rec['wall_s'], ',.0f')} s ({rec['wall_s'] / 60:.1f} min) from start to end{how}."
 
@@ -183,7 +196,7 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
         f", published {man['published_at'][:10]}. Its generation and GRPO jobs spent {fmt(share['setup_s'], ',.0f')} s "
         f"of {fmt(share['wall_s'], ',.0f')} s setting up ({fmt(100 * share['share'], '.0f') if share['share'] else '—'}%"
         f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(recs)}. "
-        f"{invocation_note(folder)}",
+        f"{invocation_note(folder, recs)}",
         "",
         f"| cell | B | {a} tok/s | {b} tok/s | {a} / {b} | time to last completion s: {a}, {b} ({a} / {b}) "
         f"| {a} GB/s (of copy) | round spread {a}, {b} (host CPUs busy elsewhere) | peak GB {a}, {b} |",

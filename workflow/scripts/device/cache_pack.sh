@@ -9,7 +9,10 @@ if [ ! -f $T/made ]; then
   # FORCE=1: now, while the plan still runs (the libraries write each entry whole, by a rename; the tar may miss some)
   [ "${FORCE:-0}" = 1 ] || grep -q DONE /tmp/bg.log 2>/dev/null || { echo "the plan is not DONE (FORCE=1 packs now)"; exit 1; }
   rm -rf $T && mkdir -p $T
-  dirs=$(cd / && ls -d tmp/compile_cache root/.cache/flashinfer 2>/dev/null)
+  # vLLM's first (its start-up is the dearest), then Triton's kernels, Inductor's graphs: a tar whose last parts did
+  # not come back still gives the files of the parts that did
+  dirs=$(cd / && ls -d tmp/compile_cache/vllm tmp/compile_cache/triton tmp/compile_cache/inductor root/.cache/flashinfer \
+    2>/dev/null)
   tar czf - -C / $dirs | split -b 15M -d -a 3 - $T/cache.tgz.part && touch $T/made
 fi
 ls $T | grep -c part | xargs echo parts:
