@@ -9,7 +9,8 @@ def test_an_invocation_records_its_command_and_wall(tmp_path):
     path = tmp_path / "logs/invocation.json"
     assert invocation.finish(True, str(path)) is None  # no start written: nothing to finish, nothing written
     assert not path.exists()
-    rec = invocation.start("headline", str(path), argv=["/x/snakemake", "--cores", "16", "--config", "profile=headline"])
+    argv = ["/x/snakemake", "--cores", "16", "--config", "profile=headline"]
+    rec = invocation.start("headline", str(path), argv=argv)
     assert rec["command"] == "snakemake --cores 16 --config profile=headline" and rec["wall_s"] is None
     assert rec["t0"] <= time.time()  # backdated to the process's start
     time.sleep(0.05)

@@ -224,7 +224,8 @@ def test_host_load_tells_the_jobs_own_cpu_from_everyone_elses(tmp_path):
     n = os.cpu_count()
     with isolation.window({}) as quiet:
         time.sleep(0.5)
-    neighbour = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 1.5\nwhile time.time() < t: pass"])
+    spin = "import time\nt = time.time() + 1.5\nwhile time.time() < t: pass"
+    neighbour = subprocess.Popen([sys.executable, "-c", spin])
     try:
         with isolation.window({}) as busy_host:
             time.sleep(1.0)

@@ -8,8 +8,8 @@ GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generat
                "median_wall_s", "n_decoded_tokens", "ignore_eos", "len_p50", "len_p90", "eos_rate",
                "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb",
                "peak_reserved_gb", "setup_s", "rounds", "round_spread", "fresh_prompts", "gpu_name", "gpu_ids",
-               "gpu_uuids", "neighbours", "others_cpu", "torch", "transformers", "started_at", "wall_s", "trace", "n_prompts",
-               "temperature", "attempts", "git_commit", "path"]
+               "gpu_uuids", "neighbours", "others_cpu", "torch", "transformers", "started_at", "wall_s", "trace",
+               "n_prompts", "temperature", "attempts", "git_commit", "path"]
 
 
 def generation_row(rec: dict, path: str) -> dict:
@@ -43,7 +43,7 @@ def generation_row(rec: dict, path: str) -> dict:
         "gpu_name": env.get("gpu_name") or "cpu", "gpu_ids": ",".join(map(str, rec["gpu_ids"])),
         "gpu_uuids": ",".join(env.get("gpu_uuids") or []),
         "neighbours": neighbours(rec.get("isolation")),
-        # the host's CPU time others than the job spent during its timed rounds, of all its CPUs' (None: not recorded)
+        # the CPU time of everything but the job during its timed rounds, of all the host's CPUs' (None: not recorded)
         "others_cpu": ((rec.get("isolation") or {}).get("host_load") or {}).get("others"),
         "torch": env.get("torch"), "transformers": env.get("transformers"),
         "started_at": rec["started_at"], "wall_s": rec["wall_s"],

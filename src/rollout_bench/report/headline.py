@@ -217,9 +217,10 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
                  f"({rounds} rounds, each with prompts of its own). Time to last completion: the median round's wall "
                  f"(a round ends with its last completion: what a GRPO step waits for). GB/s: the weights and K/V "
                  f"{a}'s decode steps must read over their time, and that as a fraction of the copy rate measured in "
-                 f"the same job. Host CPUs busy elsewhere: the CPU time of everything but the job itself during its timed "
-                 f"rounds, of all the host's CPUs (runs before 2026-12-06 do not record it). Peak GB: the most the job held, torch's reserved memory or the engine's own pool "
-                 f"({a}'s is sized for its job's largest batch, which every cell of the job shares; {b}'s is the "
-                 f"device memory in use, its gpu_memory_utilization share and more). A ratio is shown only where "
+                 f"the same job. Host CPUs busy elsewhere: the CPU time of everything but the job itself during its "
+                 f"timed rounds, of all the host's CPUs (runs before 2026-12-06 do not record it). Peak GB: the most "
+                 f"the job held, torch's reserved memory or the engine's own pool ({a}'s is sized for its job's "
+                 f"largest batch, which every cell of the job shares; {b}'s is the device memory in use, its "
+                 f"gpu_memory_utilization share and more). A ratio is shown only where "
                  f"both sides' rounds spread at most {fmt(100 * limit, '.0f') if limit else '—'}%.")
     return "\n".join(lines)
