@@ -1,6 +1,8 @@
 """What a result was measured on: package versions and the GPUs this job holds."""
+import datetime as _dt
 import os
 import platform
+import time
 import subprocess
 from functools import cache
 from importlib import metadata
@@ -74,6 +76,11 @@ def code_version() -> dict:
     if head and status is not None:
         return {"git_commit": head.strip(), "git_dirty": bool(status.strip()), "git_source": "git"}
     return {"git_commit": None, "git_dirty": None, "git_source": None}
+
+
+def utc_iso(t: float | None = None) -> str:
+    """A timestamp (now where None) as the stats write dates: UTC, ISO 8601, to the second."""
+    return _dt.datetime.fromtimestamp(time.time() if t is None else t, _dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def process_age_s() -> float | None:

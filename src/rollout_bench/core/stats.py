@@ -1,5 +1,4 @@
 """The stats contract (docs/design.md §4): build, validate, write atomically."""
-import datetime as _dt
 import json
 import time
 from functools import cache
@@ -31,7 +30,7 @@ def base(kind: str, *, backend: str, variant: str, model: str, workload: dict, c
         "workload": workload,
         "env": envinfo.collect(),
         "gpu_ids": envinfo.gpu_ids(),
-        "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "started_at": envinfo.utc_iso(),
         "wall_s": 0.0,
         "_t0": time.perf_counter(),
     }

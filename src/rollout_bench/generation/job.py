@@ -11,7 +11,6 @@ the process's start) to its own end; `setup_s` is the part before its first time
 capture and the gate for the first; warm-up for the rest), `timed_s` its timed rounds. The job's record
 (jobs.GenGroup.record) lists its cells with both, beside the process's wall.
 """
-import datetime as _dt
 import json
 import time
 import traceback
@@ -40,7 +39,7 @@ class Clock:
         self.wall0 = time.time() - (time.perf_counter() - self.t0)
 
     def iso(self, t: float) -> str:
-        return _dt.datetime.fromtimestamp(self.wall0 + (t - self.t0), _dt.timezone.utc).isoformat(timespec="seconds")
+        return envinfo.utc_iso(self.wall0 + (t - self.t0))
 
 
 def base_record(cell: Cell, backend: str, variant: str, model: str, clock: Clock, start: float, extra: dict) -> dict:

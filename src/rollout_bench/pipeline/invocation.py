@@ -2,7 +2,6 @@
 written by the Snakefile's onstart and onsuccess/onerror handlers (which a dry run does not call), so that a
 published run states how long the command that made it took. Each invocation overwrites the last one's record: after
 a change, the record is of the run that brought the stale jobs up to date, not of the first full run."""
-import datetime as _dt
 import json
 import sys
 import time
@@ -13,16 +12,12 @@ from ..core import atomic, envinfo
 PATH = "results/logs/invocation.json"
 
 
-def _iso(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
-
-
 def start(profile: str | None, path: str = PATH, argv: list[str] | None = None) -> dict:
     """Called once the DAG is built: the wall counts from the process's start (config checks and the DAG included)."""
     argv = sys.argv if argv is None else argv
     t0 = time.time() - (envinfo.process_age_s() or 0.0)
-    rec = {"command": " ".join(["snakemake", *argv[1:]]), "profile": profile, "started_at": _iso(t0), "t0": t0,
-           "finished_at": None, "wall_s": None, "ok": None}
+    rec = {"command": " ".join(["snakemake", *argv[1:]]), "profile": profile, "started_at": envinfo.utc_iso(t0),
+           "t0": t0, "finished_at": None, "wall_s": None, "ok": None}
     atomic.write_json(path, rec)
     return rec
 
@@ -34,6 +29,6 @@ def finish(ok: bool, path: str = PATH) -> dict | None:
         return None
     rec = json.loads(p.read_text())
     now = time.time()
-    rec.update(finished_at=_iso(now), wall_s=round(now - rec["t0"], 1), ok=ok)
+    rec.update(finished_at=envinfo.utc_iso(now), wall_s=round(now - rec["t0"], 1), ok=ok)
     atomic.write_json(path, rec)
     return rec

@@ -1,7 +1,6 @@
 """Copy one run's stats JSONs, rendered tables/charts, job logs and Snakemake benchmark TSVs into
 results/published/<name>/ (committed), with the command and config that made them and a manifest of what they
 were measured on, read from the stats themselves: the code's git commit, the packages, the GPUs."""
-import datetime as _dt
 import json
 import re
 import shutil
@@ -39,7 +38,7 @@ def manifest(folder: Path, command: str, config_path: str | None) -> dict:
     return {
         "command": command.strip(),
         "profile": profile,
-        "published_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "published_at": envinfo.utc_iso(),
         "commit": commits[0] if len(commits) == 1 else None,  # the one commit every job ran, where there is one
         "git_commits": commits,
         "git_dirty": sorted({bool(e["git_dirty"]) for e in envs if e.get("git_dirty") is not None}),
