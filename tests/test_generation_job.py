@@ -184,3 +184,83 @@ def test_a_cell_whose_rounds_spread_is_measured_again_with_fresh_prompts(tmp_pat
     assert rec["timed_s"] == pytest.approx(sum(r["wall_s"] for a in rec["attempts"] for r in a["rounds"]), abs=1e-3)
     flat = sum(sent, [])
     assert len(set(flat)) == len(flat) == 2 * 5 - 1  # the re-measure sent prompts of its own (warm-up: one)
+
+
+def _flex_job(tmp_path, tiny_assets, *specs):
+    cs = cells(tmp_path, tiny_assets["dataset"], *specs)
+    generation_job.run_group(backend="flex", variant="eager", model="qwen3-tiny", cells=cs,
+                             model_dir=tiny_assets["model"], adapter_dir=None, out=str(tmp_path / "job.json"))
+    return [stats.load(c.out) for c in cs]
+
+
+def test_a_greedy_cells_timed_round_is_judged_against_hf(tiny_assets, tmp_path):
+    """Each greedy cell's last timed round: rows spread over its batch, every token against HF on the same tokens."""
+    recs = _flex_job(tmp_path, tiny_assets, ("greedy", 2, {}), ("greedy", 8, {"max_new_tokens": 6}))
+    assert [r["status"] for r in recs] == ["ok", "ok"]
+    small, big = (r["round_gate"] for r in recs)
+    assert small["passed"] and small["rows"] == [0, 1] and small["tokens"] == 2 * 4
+    assert big["rows"] == [0, 2, 5, 7] and big["tokens"] == 4 * 6 and big["bucket"] == 8  # spread over the batch
+    assert big["mismatches"] == 0 and big["first_mismatch"] is None and big["exact"] + big["ties"] == big["tokens"]
+    assert big["max_logprob_error"] <= big["logprob_tol"] == 1e-3  # float32: the engine's logprobs are HF's
+
+
+def test_a_sampled_cell_is_not_judged(tiny_assets, tmp_path):
+    hot = Sampling(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=3).to_dict()
+    (rec,) = _flex_job(tmp_path, tiny_assets, ("hot", 2, {"sampling": hot, "sampling_preset": None}))
+    assert rec["status"] == "ok" and "round_gate" not in rec
+
+
+def test_a_fault_in_one_buckets_decode_fails_that_cell_with_its_first_diverging_token(tiny_assets, tmp_path,
+                                                                                        monkeypatch):
+    """A deliberately wrong kernel where 8 rows decode (a bias that flips the argmax from the third generated token
+    on): the job's gate (4 prompts, bucket 4) passes, the B = 8 cell fails naming the token, and the B = 2 cell
+    beside it stays ok."""
+    from rollout_bench.engine import model_runner
+
+    real = model_runner.lm_logits
+
+    def wrong_at_bucket_8(lm, h):
+        logits = real(lm, h)
+        if logits.shape[0] == 8 and lm.__dict__.get("_rb_steps", 0) >= 2:
+            logits = logits.clone()
+            logits[:, 7] += 1e3  # every row now picks token 7
+        if logits.shape[0] == 8:
+            lm.__dict__["_rb_steps"] = lm.__dict__.get("_rb_steps", 0) + 1
+        return logits
+
+    monkeypatch.setattr(model_runner, "lm_logits", wrong_at_bucket_8)
+    recs = _flex_job(tmp_path, tiny_assets, ("greedy", 2, {}), ("greedy", 8, {"max_new_tokens": 6, "rounds": 1,
+                                                                              "warmup_prompts": 0}))
+    assert recs[0]["status"] == "ok" and recs[0]["round_gate"]["passed"]
+    bad = recs[1]
+    assert bad["status"] == "failed" and not bad["round_gate"]["passed"]
+    first = bad["round_gate"]["first_mismatch"]
+    # the prefill's logits (8 rows too) chose token 0 and the first decode step token 1: token 2 is the first wrong
+    assert first["step"] == 2 and first["row"] == 0
+    assert "bucket 8's decode graphs: row 0's token at step 2 is not HF float32's argmax" in bad["reason"]
+
+
+def test_a_stale_page_table_in_one_bucket_fails_that_cell(tiny_assets, tmp_path, monkeypatch):
+    """Rows that read and write another row's pages (a table that no longer matches the rows, as a graph captured
+    with a stale table would replay) where 8 rows decode, and nowhere else."""
+    from rollout_bench.engine import model_runner
+
+    real = model_runner.ModelRunner.decode_step
+
+    def stale(self, b, how):
+        if b != 8:
+            return real(self, b, how)
+        rows = self.slot[:b].clone()
+        self.slot[:b] = rows.roll(1, 0)  # each row's slot, so its pages, is the next row's
+        try:
+            return real(self, b, how)
+        finally:
+            self.slot[:b] = rows
+
+    monkeypatch.setattr(model_runner.ModelRunner, "decode_step", stale)
+    recs = _flex_job(tmp_path, tiny_assets, ("greedy", 2, {}), ("greedy", 8, {"max_new_tokens": 6}))
+    assert recs[0]["status"] == "ok"
+    bad = recs[1]
+    assert bad["status"] == "failed" and bad["round_gate"]["mismatches"] > 0
+    # random weights keep their argmax over the wrong K/V here; the logprobs do not
+    assert "logprob_error" in bad["round_gate"]["first_mismatch"] and "has a logprob" in bad["reason"]

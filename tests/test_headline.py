@@ -20,6 +20,9 @@ def _cell(res, backend, case, bs, tps, walls, uuid="GPU-a", commit="c0ffee", lor
     rec["env"].update(gpu_uuids=[uuid], git_commit=commit, git_dirty=False)
     if others is not None:
         rec["isolation"]["host_load"] = {"busy": others + 0.05, "own": 0.05, "others": others}
+    if backend == "flex":
+        rec["round_gate"] = {"passed": True, "rows": [0, bs - 1], "bucket": bs, "tokens": 2 * 512,
+                             "first_mismatch": None}
     out = res / "generate/qwen3-4b" / backend / rec["variant"] / case / f"bs{bs}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rec))
@@ -81,6 +84,7 @@ def test_the_answer_is_the_newest_headline_run_alone(tmp_path):
     assert "**0.50**" in text  # GRPO: 2.0 s a step against 4.0
     # start-up: the generation jobs' and GRPO runs' set-up over their walls: (10 + 30 + 30 + 30) / (50 + 70 + 200)
     assert "100 s of 320 s setting up (31%" in text
+    assert "in each of its 3 greedy cells, completions of the last timed round (rows spread over the batch, 3,072" in text
     assert "wall time is not recorded in this folder" in text
     _run(tmp_path, "b", invocation={"command": "snakemake", "wall_s": 871.3, "ok": True})
     assert "The invocation took 871 s (14.5 min) from start to end." in headline.block(tmp_path / "b/results/published")

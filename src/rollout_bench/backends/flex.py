@@ -85,6 +85,7 @@ class Generator:
         outs = e.generate(prompts, s.sampling, s.max_new_tokens if max_new_tokens is None else list(max_new_tokens),
                           n=n, ignore_eos=s.ignore_eos, eos_token_id=s.eos_token_id)
         self.last_call = split(time.perf_counter() - t0, {k: e.timings[k] - before[k] for k in before})
+        self.last_logprobs = [o.logprobs for o in outs]  # the round's own, for check_round
         return [o.token_ids for o in outs]
 
     def memory(self):
@@ -128,6 +129,38 @@ class Generator:
                 "copy_gb_per_s": ceiling,
                 "of_copy_rate": round(achieved / ceiling, 3) if achieved and ceiling else None}
 
+    def check_round(self, spec, prompts: list[list[int]], outputs: list[list[int]], rows: int = 4) -> dict | None:
+        """The timed configuration itself against HF: `rows` completions of the cell's last timed round (its bucket's
+        own graphs, captured with the tile table they replay, over the whole generation length), spread over the
+        batch (first, last and between), each judged token by token against HF float32 on the same tokens, its
+        argmax and its logprob (correctness.judge), the tolerances widened by HF's own error in the job's dtype
+        as the gate's is. Greedy
+        cells only: a sampled token has no argmax to match. The references are loaded for the check and freed after
+        it, so that no cell's peak memory holds them."""
+        from ..engine import correctness
+
+        if not spec.sampling.greedy or not outputs:
+            return None
+        t0 = time.perf_counter()
+        picked = spread_rows(len(outputs), rows)
+        n = spec.num_generations
+        ref, ref32 = references(spec)
+        lps = getattr(self, "last_logprobs", None)
+        result = correctness.judge(ref, [prompts[i // n] for i in picked], [outputs[i] for i in picked],
+                                   correctness.LOGIT_TOL[spec.dtype], fp32_reference=ref32,
+                                   logprobs=[lps[i] for i in picked] if lps and len(lps) == len(outputs) else None)
+        del ref, ref32
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        bad = result["first_mismatch"]
+        return {"passed": result["passed"], "rows": picked, "bucket": self.engine.runner.bucket(len(outputs)),
+                "tokens": result["greedy_tokens"], "exact": result["greedy_exact"], "ties": len(result["greedy_ties"]),
+                "mismatches": len(result["greedy_mismatches"]),
+                "first_mismatch": None if bad is None else {**bad, "row": picked[bad["prompt"]]},
+                "logit_tol": result["logit_tol"], "max_logprob_error": result.get("max_logprob_error"),
+                "logprob_tol": result.get("logprob_tol"), "reference": result.get("reference", spec.dtype),
+                "seconds": round(time.perf_counter() - t0, 3)}
+
     def abort(self):
         """Drop what a failed call left queued or running (its pages and slots come back)."""
         self.engine.abort()
@@ -140,6 +173,27 @@ class Generator:
 
 def load(spec):
     return Generator(spec)
+
+
+def spread_rows(n: int, k: int) -> list[int]:
+    """k row indices of n, first and last among them and the rest evenly between (all n where n <= k)."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def references(spec) -> tuple[object, object | None]:
+    """(HF in the job's dtype, HF in float32 or None for a float32 job) on the engine's weights: hf_generate's
+    model, with a LoRA adapter merged by PEFT unless the variant runs it unmerged (merging rounds W + BA to the
+    weight dtype once, which is part of the engine's configuration, not an error of its attention/KV/sampling
+    path)."""
+    def reference(dtype):
+        model = hf_model.load_model(replace(spec, dtype=dtype))
+        if spec.adapter_dir and spec.variant != "peft_unmerged":
+            model = model.merge_and_unload()
+        return model
+
+    return reference(spec.dtype), reference("float32") if spec.dtype != "float32" else None
 
 
 def split(wall: float, d: dict) -> dict:
@@ -160,9 +214,8 @@ def split(wall: float, d: dict) -> dict:
 
 def gate(spec, gen: Generator, new_tokens: int = 16) -> dict:
     """Correctness gate before any speed, on the engine the timed rounds then use (load(spec)'s),
-    against HF on the same weights: hf_generate's model, with a LoRA adapter merged by PEFT unless
-    the variant runs it unmerged (merging rounds W + BA to the weight dtype once, which is part of
-    the engine's configuration, not an error of its attention/KV/sampling path).
+    against HF on the same weights (`references`); each greedy cell's timed round is judged again after
+    it (Generator.check_round).
 
     Below float32 the judge is HF in float32 on the same weights, with the tolerance widened by HF's
     own error in the job's dtype (correctness.check's fp32_reference): a deep random model (Gemma-4
@@ -171,15 +224,7 @@ def gate(spec, gen: Generator, new_tokens: int = 16) -> dict:
     from ..engine import correctness
 
     engine = gen.engine
-
-    def reference(dtype):
-        model = hf_model.load_model(replace(spec, dtype=dtype))
-        if spec.adapter_dir and spec.variant != "peft_unmerged":
-            model = model.merge_and_unload()
-        return model
-
-    ref = reference(spec.dtype)
-    ref32 = reference("float32") if spec.dtype != "float32" else None
+    ref, ref32 = references(spec)
     cfg = engine.config
     prompts = correctness.gate_prompts(engine.runner.vocab, cfg.page_size)
     prompts = [p for p in prompts if len(p) + new_tokens <= cfg.max_seq_len] or [prompts[-1][:4]]

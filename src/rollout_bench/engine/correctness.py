@@ -51,46 +51,89 @@ def check(engine, reference, prompts: list[list[int]], new_tokens: int, tol: flo
     absolute bf16 tolerance it fails itself. Where that error is as large as the logits' spread (the
     reference's argmax disagrees with fp32's), the low-precision gate says little; a float32 gate on
     the same shape is what checks the engine's logic."""
-    dev = reference.device
     got = engine.prompt_logits(prompts)
     outs = engine.generate(prompts, Sampling(), new_tokens, ignore_eos=True)
+    return judge(reference, prompts, [o.token_ids for o in outs], tol, fp32_reference, factor, first_logits=got)
+
+
+@torch.no_grad()
+def judge(reference, prompts: list[list[int]], continuations: list[list[int]], tol: float, fp32_reference=None,
+          factor: float = REF_ERROR_FACTOR, first_logits: torch.Tensor | None = None,
+          logprobs: list[list[float]] | None = None) -> dict:
+    """Greedy continuations an engine produced (one per prompt), judged token by token against the reference's
+    logits on those same tokens (teacher forcing): a token that is not the reference's argmax fails unless the
+    reference's own gap to it is within the tolerance (an argmax tie), as `check` describes; first_logits [n, V],
+    the engine's logits of each prompt's first token, are held to the tolerance too where given.
+
+    logprobs: the engine's log_softmax of each token, where given. A token whose logprob is further from the
+    reference's than the tolerance fails too (what random weights leave of the check where their argmax hardly
+    depends on the context: a row that reads the wrong K/V keeps its argmax, not its logprob). The tolerance is
+    the one of the logits, and in a low-precision job it grows the same way, by `factor` x HF's own logprob error
+    in that dtype on the same tokens. The result names the first failing token (`first_mismatch`: prompt, step,
+    gap or logprob error), None when every token passed."""
+    dev = reference.device
 
     def first(model):  # [n, V]
         return torch.stack([reference_logits(model, torch.tensor([p], device=model.device))[-1].to(dev)
                             for p in prompts])
 
     def forced(model):  # per prompt [T, V]: the logits that chose each generated token
-        return [reference_logits(model, torch.tensor([p + out.token_ids], device=model.device))[len(p) - 1:-1].to(dev)
-                for p, out in zip(prompts, outs)]
+        return [reference_logits(model, torch.tensor([p + list(c)], device=model.device))[len(p) - 1:-1].to(dev)
+                for p, c in zip(prompts, continuations)]
 
-    ref, ref_forced = first(reference), forced(reference)
-    extra = {}
+    def token_lps(forced_logits):  # per prompt [T]: log_softmax of each generated token
+        return [(lg.gather(1, torch.tensor([list(c)], device=dev).T)[:, 0] - torch.logsumexp(lg, -1))
+                for lg, c in zip(forced_logits, continuations)]
+
+    need_first = first_logits is not None
+    ref, ref_forced = first(reference) if need_first else None, forced(reference)
+    extra, lp_tol = {}, tol
     if fp32_reference is not None:
-        ref32, ref32_forced = first(fp32_reference), forced(fp32_reference)
-        ref_err = max([(ref - ref32).abs().max().item()] + [(a - b).abs().max().item()
-                                                            for a, b in zip(ref_forced, ref32_forced)])
-        extra = {"reference": "float32", "base_logit_tol": tol, "reference_error": ref_err,
-                 "reference_argmax_match": bool(torch.equal(ref.argmax(-1), ref32.argmax(-1))),
-                 "same_dtype_max_abs_logit_diff": (got - ref).abs().max().item()}
+        ref32, ref32_forced = first(fp32_reference) if need_first else None, forced(fp32_reference)
+        errs = [(a - b).abs().max().item() for a, b in zip(ref_forced, ref32_forced)]
+        if need_first:
+            errs.append((ref - ref32).abs().max().item())
+        ref_err = max(errs)
+        extra = {"reference": "float32", "base_logit_tol": tol, "reference_error": ref_err}
+        if need_first:
+            extra.update(reference_argmax_match=bool(torch.equal(ref.argmax(-1), ref32.argmax(-1))),
+                         same_dtype_max_abs_logit_diff=(first_logits - ref).abs().max().item())
+        if logprobs is not None:
+            lp_err = max((a - b).abs().max().item() for a, b in zip(token_lps(ref_forced), token_lps(ref32_forced)))
+            extra["reference_logprob_error"] = lp_err
+            lp_tol = tol + factor * lp_err
         tol = tol + factor * ref_err
         ref, ref_forced = ref32, ref32_forced
-    diff = (got - ref).abs().max().item()
-    exact, ties, mismatches = 0, [], []
-    for i, (out, logits) in enumerate(zip(outs, ref_forced)):
-        toks = torch.tensor(out.token_ids, device=dev)
+    ref_lps = token_lps(ref_forced) if logprobs is not None else None
+    exact, ties, mismatches, lp_max = 0, [], [], 0.0
+    for i, (cont, logits) in enumerate(zip(continuations, ref_forced)):
+        toks = torch.tensor(list(cont), device=dev)
         top2 = logits.topk(2, -1).values  # [T, 2]
         chosen = logits.gather(1, toks[:, None])[:, 0]
+        lp_errs = (torch.tensor(logprobs[i], device=dev) - ref_lps[i]).abs() if ref_lps is not None else None
         for t in range(len(toks)):
             gap = (top2[t, 0] - chosen[t]).item()
-            if gap <= 0:
+            lp_err = lp_errs[t].item() if lp_errs is not None else 0.0
+            lp_max = max(lp_max, lp_err)
+            if gap > tol:
+                mismatches.append({"prompt": i, "step": t, "gap": round(gap, 5)})
+            elif lp_err > lp_tol:
+                mismatches.append({"prompt": i, "step": t, "gap": round(max(gap, 0.0), 5),
+                                   "logprob_error": round(lp_err, 5)})
+            elif gap <= 0:
                 exact += 1
-            elif gap <= tol:
+            else:
                 ties.append({"prompt": i, "step": t, "gap": round(gap, 5),
                              "ref_top2_margin": round((top2[t, 0] - top2[t, 1]).item(), 5)})
-            else:
-                mismatches.append({"prompt": i, "step": t, "gap": round(gap, 5)})
-    n = sum(len(o.token_ids) for o in outs)
-    return {"passed": diff <= tol and not mismatches, "max_abs_logit_diff": diff, "logit_tol": tol,
-            "first_token_argmax_match": bool(torch.equal(got.argmax(-1), ref.argmax(-1))),
-            "greedy_tokens": n, "greedy_exact": exact, "greedy_ties": ties, "greedy_mismatches": mismatches,
-            **extra}
+    first_mismatch = min(mismatches, key=lambda m: (m["step"], m["prompt"])) if mismatches else None
+    out = {"greedy_tokens": sum(len(c) for c in continuations), "greedy_exact": exact, "greedy_ties": ties,
+           "greedy_mismatches": mismatches, "first_mismatch": first_mismatch, "logit_tol": tol}
+    if logprobs is not None:
+        out.update(max_logprob_error=lp_max, logprob_tol=lp_tol)
+    passed = not mismatches
+    if need_first:
+        diff = (first_logits - ref).abs().max().item()
+        out.update(max_abs_logit_diff=diff, first_token_argmax_match=bool(torch.equal(first_logits.argmax(-1),
+                                                                                         ref.argmax(-1))))
+        passed = passed and diff <= tol
+    return {"passed": passed, **out, **extra}

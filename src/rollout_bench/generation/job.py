@@ -228,12 +228,33 @@ def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, flo
     bad = measure.check_lengths(result["outputs"], spec, result["budgets"])
     if bad:
         return stats.failed({**record, "attempts": fields["attempts"]}, bad), setup_s, fields["timed_s"]
+    # engines we wrote: the timed round's own completions against HF (flex.Generator.check_round), never `ok` if not
+    judged = getattr(gen, "check_round", lambda *a: None)(spec, result["prompts"], result["outputs"])
+    if judged is not None:
+        fields["round_gate"] = judged
+        if not judged["passed"]:
+            return (stats.failed({**record, "attempts": fields["attempts"], "round_gate": judged},
+                                 round_gate_reason(judged)), setup_s, fields["timed_s"])
     record.update(fields)
     record["completions"] = completions.summary(
         result["outputs"], eos_token_id=spec.eos_token_id, ignore_eos=spec.ignore_eos, batch_size=spec.batch_size,
         median_wall_s=record["median_wall_s"], engine_round=engine_info.get("last_round"))
     record["sample_completions"] = [prompt_assets.decode(tok, o)[:300] for o in result["outputs"][:3]]
     return record, setup_s, fields["timed_s"]
+
+
+def round_gate_reason(judged: dict) -> str:
+    m = judged["first_mismatch"]
+    if m is None:
+        where = f"a token off by more than {judged['logit_tol']:.4g}"
+    elif "logprob_error" in m:
+        where = (f"row {m['row']}'s token at step {m['step']} has a logprob {m['logprob_error']} from HF "
+                 f"{judged['reference']}'s (> {judged['logprob_tol']:.4g})")
+    else:
+        where = (f"row {m['row']}'s token at step {m['step']} is not HF {judged['reference']}'s argmax (its gap "
+                 f"{m['gap']} > {judged['logit_tol']:.4g})")
+    return (f"the timed round's completions diverge from HF in bucket {judged['bucket']}'s decode graphs: {where}; "
+            f"{judged['mismatches']} of {judged['tokens']} tokens of rows {judged['rows']} fail")
 
 
 def setup_phases(setup_s: float, cell: dict, built, gate: dict | None) -> dict:

@@ -134,6 +134,7 @@ def measure_cell(gen, spec: GenSpec, workload: dict, attempts: list[list[list[li
     decode_rates = [r["decoded_tokens"] / w for r, w in zip(per_round, walls)]
     return {
         "outputs": outs,
+        "prompts": rounds[-1],  # the last round's, whose outputs these are
         "budgets": budgets,
         "t_first_round": t_first,
         "phases": {"prepare_s": t_prepared - t_cell, "warmup_s": t_first - t_prepared},

@@ -171,6 +171,21 @@ def invocation_note(folder: Path, recs: list[tuple[Path, dict]]) -> str:
     return f"The invocation took {fmt(rec['wall_s'], ',.0f')} s ({rec['wall_s'] / 60:.1f} min) from start to end{how}."
 
 
+def gate_note(recs: list, backend: str) -> str:
+    """What the correctness checks on the timed rounds found (Generator.check_round), where the run made them."""
+    judged = [r for _, r in _of(recs, "generate") if r.get("backend") == backend and r.get("round_gate")]
+    if not judged:
+        return ""
+    bad = [r for r in judged if not r["round_gate"]["passed"]]
+    tokens = sum(r["round_gate"]["tokens"] for r in judged)
+    if bad:
+        return (f"{backend}'s timed rounds against HF: {len(bad)} of {len(judged)} greedy cells failed (their rows "
+                f"above say not ok, and why). ")
+    return (f"{backend}'s timed rounds against HF: in each of its {len(judged)} greedy cells, completions of the "
+            f"last timed round (rows spread over the batch, {tokens:,} tokens in all) matched HF float32 token by "
+            f"token, argmax and logprob, within HF's own bf16 error. ")
+
+
 def autotune_note(recs: list) -> str:
     walls = [r["wall_s"] for _, r in _of(recs, "autotune")]
     return f"; the autotune pass, a measurement of its own, took {fmt(sum(walls), ',.0f')} s more" if walls else ""
@@ -209,6 +224,8 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
     notes = gen_notes + train_notes
     if notes:
         lines += ["Cells without a ratio: " + "; ".join(notes) + ".", ""]
+    if gate := gate_note(recs, a).strip():
+        lines += [gate, ""]
     if gen_missing or train_missing:
         lines += ["This run did not finish: the cells and GRPO steps named above as not run are missing from its "
                   "folder (its README says why); the set-up share covers the jobs that finished.", ""]
