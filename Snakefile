@@ -47,6 +47,7 @@ localrules:
 rule all:
     input:
         GEN_STATS,
+        MISMATCH_PATHS,
         "results/summary/generate.csv",
         "results/tables/generate.md",
         "results/charts/tps_vs_batch.html",

@@ -45,6 +45,8 @@ TRAIN_STATS = [j.path for j in rb_jobs.train_jobs(CFG)]
 COMPARE_PATHS = rb_jobs.compare_paths(CFG)
 BAND_PATHS = rb_jobs.band_paths(CFG)
 DECODE_PROFILE_PATHS = rb_jobs.decode_profile_paths(CFG)
+MISMATCH_JOBS = {rb_jobs.model_slug(m.model): m for m in rb_jobs.mismatch_jobs(CFG)}
+MISMATCH_PATHS = [m.path for m in MISMATCH_JOBS.values()]
 _BY_SLUG = {rb_jobs.model_slug(m): m for m in rb_jobs.all_models(CFG)}
 # config/models names: the random-init model dirs the `model` rule builds, and the bases `warmstart` starts from
 CONFIG_NAMES = "|".join(sorted(re.escape(p.stem) for p in MODEL_CONFIGS.glob("*.json")))

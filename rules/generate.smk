@@ -44,6 +44,34 @@ for _g in GEN_GROUPS:
             "--job-out {output.job} > {log} 2>&1"
 
 
+# Mismatch beside speed: per model, every cell of an engine that returns logprobs, its sampled tokens scored by the
+# trainer's forward (generation/mismatch.py). After the model's generation jobs, so that no timed round shares the GPU.
+rule mismatch:
+    input:
+        stats=lambda wc: [c.path for c in MISMATCH_JOBS[wc.model].cells],
+        model=model_input,
+        adapter=lambda wc: [lora_dir(wc.model)] if MISMATCH_JOBS[wc.model].lora else [],
+        code=code("pipeline.cli:_mismatch", "host.gpu_lease"),
+    output:
+        "results/mismatch/{model}.json",
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        adapter=lambda wc: lora_dir(wc.model) if MISMATCH_JOBS[wc.model].lora else "",
+    log:
+        "results/logs/mismatch/{model}.log",
+    benchmark:
+        "results/benchmarks/mismatch/{model}.tsv"
+    threads: GPU_JOB_THREADS
+    resources:
+        gpu=GPU_PER_JOB,
+    conda:
+        "../envs/core.yaml"
+    shell:
+        f"{LEASE}--pin '' -- "
+        "python -m rollout_bench mismatch --model {wildcards.model} --model-dir {params.model_dir} "
+        "--adapter '{params.adapter}' --stats {input.stats} --out {output} > {log} 2>&1"
+
+
 # The autotune-replay pass: flex's decode kernel options measured once per model on the GPU.
 rule autotune:
     input:

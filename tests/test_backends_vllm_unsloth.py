@@ -93,7 +93,8 @@ def adapter(tmp_path, r):
 def test_engine_kwargs(tmp_path):
     kw = vb.engine_kwargs(spec(dtype="bfloat16"))
     assert kw == dict(model="/m", dtype="bfloat16", seed=3407, gpu_memory_utilization=0.9, max_model_len=48,
-                      max_num_seqs=8, enforce_eager=False)  # normal weight loading: no load_format
+                      max_num_seqs=8, enforce_eager=False,  # normal weight loading: no load_format
+                      logprobs_mode="processed_logprobs")  # TRL's: the logprobs of the distribution drawn from
     assert vb.engine_kwargs(spec(variant="dummy"))["load_format"] == "dummy"
     assert vb.engine_kwargs(spec(variant="gmu_low"))["gpu_memory_utilization"] == 0.3
     opts = {"gpu_memory_utilization": 0.85, "enforce_eager": True, "engine_kwargs": {"max_num_batched_tokens": 4096}}
@@ -107,11 +108,12 @@ def test_engine_kwargs(tmp_path):
 
 def test_sampling_kwargs_greedy_and_sampled():
     greedy = vb.sampling_kwargs(spec(), 1)
-    assert greedy == dict(n=1, max_tokens=16, ignore_eos=False, temperature=0.0, top_p=1.0,
+    assert greedy == dict(n=1, max_tokens=16, ignore_eos=False, logprobs=0, temperature=0.0, top_p=1.0,
                           top_k=0, min_p=0.0, stop_token_ids=[2])
     s = Sampling.from_config("equivalence", seed=7)
     kw = vb.sampling_kwargs(spec(sampling=s, ignore_eos=True), 4)
-    assert kw == dict(n=4, max_tokens=16, ignore_eos=True, temperature=0.1, top_p=0.97, top_k=5, min_p=0.5)
+    assert kw == dict(n=4, max_tokens=16, ignore_eos=True, logprobs=0, temperature=0.1, top_p=0.97, top_k=5,
+                      min_p=0.5)
     assert vb.sampling_kwargs(spec(sampling=s, options={"request_seed": True}), 1)["seed"] == 7
     assert vb.engine_kwargs(spec(sampling=s))["seed"] == 7
     assert vb.sampling_kwargs(spec(options={"detokenize": False}), 1)["detokenize"] is False
@@ -147,8 +149,13 @@ class FakeVLLM:
             def generate(self, prompts, params, use_tqdm=True, lora_request=None):
                 fake.calls.append((prompts, params.kw, lora_request))
                 n = params.kw["n"]
-                return [SimpleNamespace(outputs=[SimpleNamespace(index=i, token_ids=(len(p["prompt_token_ids"]), i))
-                                                 for i in reversed(range(n))]) for p in prompts]
+
+                def completion(p, i):  # logprobs=0: per token, {sampled token: Logprob}
+                    toks = (len(p["prompt_token_ids"]), i)
+                    return SimpleNamespace(index=i, token_ids=toks, logprobs=[
+                        {t: SimpleNamespace(logprob=-0.1 * (t + 1), rank=1)} for t in toks])
+
+                return [SimpleNamespace(outputs=[completion(p, i) for i in reversed(range(n))]) for p in prompts]
 
         class LoRARequest:
             def __init__(self, name, int_id, path):
@@ -181,6 +188,7 @@ def test_generator_with_fake_vllm(monkeypatch, tmp_path):
     assert params["n"] == 1 and params["temperature"] == 0.0
     assert req.args == ("adapter", 1, str(Path(lora).resolve()))
     assert out == [[3, 0], [3, 0], [1, 0], [1, 0]]
+    assert gen.row_logprobs([0, 3]) == [[-0.4, -0.1], [-0.2, -0.1]]  # each row's own tokens, in output order
 
     gen.spec = spec(sampling=Sampling.from_config("equivalence", 1))
     out = gen.generate([[5, 6, 7], [8]], 3)  # sampled: one request per prompt, n=3, index order

@@ -55,6 +55,11 @@ def _run(tmp_path, name, profile="headline", flex_walls=(1.0, 1.01, 1.02), invoc
     _train(res, "vllm", 4.0)
     _job(res, "flex", 10.0, 50.0)
     _job(res, "vllm", 30.0, 70.0)
+    cell = "results/generate/qwen3-4b/{}/greedy/bs8.json"
+    (res / "mismatch").mkdir(parents=True)
+    (res / "mismatch/qwen3-4b.json").write_text(json.dumps({"kind": "mismatch", "workload": {"rows": 4}, "cells": {
+        cell.format("flex/graphs"): {"rows": 4, "tokens": 2048, "mean_abs": 0.0312, "max_abs": 0.214, "kl_k3": 7.7e-4},
+        cell.format("vllm/default"): {"reason": "the cell is skipped"}}}))
     if invocation is not None:
         (res / "logs").mkdir(parents=True, exist_ok=True)
         (res / "logs/invocation.json").write_text(json.dumps(invocation))
@@ -75,6 +80,9 @@ def test_the_answer_is_the_newest_headline_run_alone(tmp_path):
             if line.startswith("| greedy") or line.startswith("| lora")}
     assert list(rows) == ["greedy 8", "greedy 64"]  # the config's order
     assert "**1.50**" in rows["greedy 8"]  # 3000 / 2000
+    # beside speed, each side's logprobs against the trainer's (mismatch job), '—' where a side was not scored
+    assert rows["greedy 8"].endswith("| 0.031 (0.21); 7.7e-04 · — |") and rows["greedy 64"].endswith("| — · — |")
+    assert "on 4 rows of the cell's last timed round" in text
     assert "| — |" in rows["greedy 64"]  # flex's rounds spread 20% > 5%: no ratio, and it says why
     # ... with the host's load elsewhere during those rounds, where the stats record it
     assert "greedy, B = 64: no ratio, rounds spread flex 20% with 30% of the host's CPUs busy elsewhere" in text

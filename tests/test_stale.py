@@ -77,7 +77,10 @@ def test_editing_the_engine_reruns_flex_jobs_only(tree):
     flex = {o for o in outputs if o.startswith(STATS_DIRS) and o.split("/")[3] == "flex"}
     compares = {o for o in outputs if o.startswith("results/compare/") and o.endswith("__flex.json")}
     assert flex and compares
-    assert set(todo) == flex | compares | GEN_REPORT | TRAIN_REPORT, todo
+    # the mismatch jobs score flex's cells (and import the engine's reference logits)
+    mismatch = {o for o in outputs if o.startswith("results/mismatch/")}
+    assert mismatch
+    assert set(todo) == flex | compares | mismatch | GEN_REPORT | TRAIN_REPORT, todo
 
 
 def test_truncated_stats_file_reruns_its_job_alone(tree):
@@ -91,7 +94,8 @@ def test_truncated_stats_file_reruns_its_job_alone(tree):
     job = {c.path for c in group.cells} | {group.record}
     others = {o: (d / o).stat().st_mtime_ns for o in outputs if o.startswith("results/generate/") and o not in job}
     (d / victim).write_text('{"schema_version": 1, "kind": "gen')
-    assert set(pending(d)) == job | GEN_REPORT  # a dry run sees it missing (and sets it aside)
+    mismatch = {f"results/mismatch/{victim.split('/')[2]}.json"}  # its model's: it scores vllm's cells
+    assert set(pending(d)) == job | mismatch | GEN_REPORT  # a dry run sees it missing (and sets it aside)
     assert (d / f"{victim}.corrupt").read_text().startswith('{"schema_version"')
     (d / f"{victim}.corrupt").rename(d / victim)
     r = snakemake(d, "--cores", "2", victim, "results/summary/generate.csv")

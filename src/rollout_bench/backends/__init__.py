@@ -26,8 +26,11 @@ A backend module provides:
         retarget(spec) -> bool  (optional) take the next cell of its job (same_engine, within what it was built
             for) without a rebuild; False: the job builds a generator for that cell
         prepare(spec)  (optional) before a cell's warm-up: whatever its first timed round must not pay for
+        row_logprobs(rows) -> list[list[float]]  (optional, with LOGPROBS) the last call's logprob of each token of
+            the rows asked for (generation/mismatch.py scores them against the trainer)
     RETARGET: bool  (optional) its generator retargets: the job builds it once, before its first cell (and gates
         it); without, the job builds one for each cell
+    LOGPROBS: bool  (optional) its generator has row_logprobs: the model's mismatch job scores its cells
     PER_REQUEST_LENGTHS: bool  (optional) generate(prompts, n, max_new_tokens=[one per completion]) works (trace
         cases); a backend without it skips them
 """

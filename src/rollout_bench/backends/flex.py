@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import torch
 
+from ..core.workload import spread_rows
 from . import hf_model
 
 REQUIRES = ("torch", "transformers")
@@ -19,6 +20,7 @@ NEEDS_GPU = False
 VARIANTS = ("graphs", "eager", "peft_unmerged")
 RETARGET = True  # one generator serves a job's cells (retarget), built once
 PER_REQUEST_LENGTHS = True
+LOGPROBS = True  # row_logprobs: the sampled tokens' logprobs, for the mismatch job
 
 
 def unavailable(variant, gpu_count):
@@ -85,8 +87,13 @@ class Generator:
         outs = e.generate(prompts, s.sampling, s.max_new_tokens if max_new_tokens is None else list(max_new_tokens),
                           n=n, ignore_eos=s.ignore_eos, eos_token_id=s.eos_token_id)
         self.last_call = split(time.perf_counter() - t0, {k: e.timings[k] - before[k] for k in before})
-        self.last_logprobs = [o.logprobs for o in outs]  # the round's own, for check_round
+        self.last_outs = outs  # the round's own, for row_logprobs
         return [o.token_ids for o in outs]
+
+    def row_logprobs(self, rows: list[int]) -> list[list[float]]:
+        """The last call's logprobs of its own tokens, per row asked for: log_softmax(logits / T)[token] (T = 1 for
+        greedy), the policy logprob TRL's loss compares."""
+        return [list(self.last_outs[i].logprobs) for i in rows]
 
     def memory(self):
         return {"reserved": self.engine.memory()["reserved"]}
@@ -145,10 +152,9 @@ class Generator:
         picked = spread_rows(len(outputs), rows)
         n = spec.num_generations
         ref, ref32 = references(spec)
-        lps = getattr(self, "last_logprobs", None)
         result = correctness.judge(ref, [prompts[i // n] for i in picked], [outputs[i] for i in picked],
                                    correctness.LOGIT_TOL[spec.dtype], fp32_reference=ref32,
-                                   logprobs=[lps[i] for i in picked] if lps and len(lps) == len(outputs) else None)
+                                   logprobs=self.row_logprobs(picked))
         del ref, ref32
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -173,13 +179,6 @@ class Generator:
 
 def load(spec):
     return Generator(spec)
-
-
-def spread_rows(n: int, k: int) -> list[int]:
-    """k row indices of n, first and last among them and the rest evenly between (all n where n <= k)."""
-    if n <= k:
-        return list(range(n))
-    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
 def references(spec) -> tuple[object, object | None]:

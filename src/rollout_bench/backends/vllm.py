@@ -18,6 +18,7 @@ NEEDS_GPU = True
 VARIANTS = ("default", "dummy", "gmu_low")
 RETARGET = True  # one generator serves a job's cells (retarget), built once
 PER_REQUEST_LENGTHS = True
+LOGPROBS = True  # row_logprobs: the sampled tokens' logprobs, for the mismatch job
 GMU_DEFAULT, GMU_LOW = 0.9, 0.3
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks (0.26)
 # Measured on the offline H200 host: without these the engine start hangs at model-runner init.
@@ -130,6 +131,9 @@ def engine_kwargs(spec) -> dict:
     kw = dict(model=spec.model_dir, dtype=spec.dtype, seed=spec.sampling.seed,
               gpu_memory_utilization=gpu_memory_utilization(spec), max_model_len=spec.max_seq_len,
               max_num_seqs=spec.batch_size, enforce_eager=bool(spec.options.get("enforce_eager", False)))
+    # as TRL's colocated engine: the logprobs it returns are the distribution drawn from (after temperature and
+    # top-k/top-p), which its importance-sampling correction compares with the trainer's
+    kw["logprobs_mode"] = "processed_logprobs"
     if spec.variant == "dummy":
         kw["load_format"] = "dummy"
     if spec.adapter_dir:
@@ -146,7 +150,8 @@ def sampling_kwargs(spec, n: int) -> dict:
     The seed goes to the engine (`LLM(seed=)`); a per-request seed (option request_seed: true)
     makes vLLM 0.26 leave FlashInfer sampling and draw each seeded row in a Python loop."""
     s = spec.sampling
-    kw = dict(n=n, max_tokens=spec.max_new_tokens, ignore_eos=spec.ignore_eos)
+    # logprobs=0: the sampled token's own logprob, which TRL's rollout asks for at every step
+    kw = dict(n=n, max_tokens=spec.max_new_tokens, ignore_eos=spec.ignore_eos, logprobs=0)
     if spec.options.get("request_seed", False):
         kw["seed"] = s.seed
     if not spec.options.get("detokenize", True):  # TRL keeps vLLM's detokenizer on; so do we by default
@@ -206,7 +211,13 @@ class Generator:
             params = SamplingParams(**sampling_kwargs(self.spec, per_request))
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in inputs], params,
                                  use_tqdm=False, lora_request=self.lora)
-        return [list(c.token_ids) for o in outs for c in sorted(o.outputs, key=lambda c: c.index)]
+        self.last_outs = [c for o in outs for c in sorted(o.outputs, key=lambda c: c.index)]
+        return [list(c.token_ids) for c in self.last_outs]
+
+    def row_logprobs(self, rows: list[int]) -> list[list[float]]:
+        """The last call's logprobs of its own tokens, per row asked for (read after the round, not inside it)."""
+        return [[c.logprobs[t][tok].logprob for t, tok in enumerate(c.token_ids)]
+                for c in (self.last_outs[i] for i in rows)]
 
     def memory(self) -> dict:
         return engine_memory(self.llm, gpu_memory_utilization(self.spec),

@@ -11,6 +11,13 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def spread_rows(n: int, k: int) -> list[int]:
+    """k row indices of n, first and last among them and the rest evenly between (all n where n <= k)."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
 @dataclass(frozen=True, slots=True)
 class Sampling:
     temperature: float = 0.0  # 0 = greedy

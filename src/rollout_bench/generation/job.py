@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from .. import backends
 from ..backends import kernel_tuning
 from ..core import atomic, envinfo, stats
-from . import completions, measure
+from . import completions, measure, mismatch
 
 
 @dataclass
@@ -236,6 +236,8 @@ def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, flo
             return (stats.failed({**record, "attempts": fields["attempts"], "round_gate": judged},
                                  round_gate_reason(judged)), setup_s, fields["timed_s"])
     record.update(fields)
+    if (smp := mismatch.sample(gen, spec, result["prompts"], result["outputs"])) is not None:
+        record["logprob_sample"] = smp  # scored against the trainer by the model's mismatch job
     record["completions"] = completions.summary(
         result["outputs"], eos_token_id=spec.eos_token_id, ignore_eos=spec.ignore_eos, batch_size=spec.batch_size,
         median_wall_s=record["median_wall_s"], engine_round=engine_info.get("last_round"))

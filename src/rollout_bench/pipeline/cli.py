@@ -1,4 +1,4 @@
-"""`python -m rollout_bench generate|autotune|decode-profile|gemm-bench|publish|trace|check-config`: the
+"""`python -m rollout_bench generate|autotune|decode-profile|mismatch|gemm-bench|publish|trace|check-config`: the
 generation benchmark's command lines and the pipeline's own (the tables' are report/cli.py's).
 
 `rollout_bench.__main__` wires them with `cli.add_commands(sub)`; each handler imports only what its
@@ -42,6 +42,13 @@ def _decode_profile(a):
                              prompt_tokens=wl["prompt_tokens"], max_new_tokens=wl["max_new_tokens"],
                              dtype=wl["dtype"], out=a.out, autotune=a.autotune or None)
     print(json.dumps({b: p["class_ms"] for b, p in rec["by_batch"].items()}))
+
+
+def _mismatch(a):
+    from ..generation import mismatch
+    rec = mismatch.run(model=a.model, model_dir=a.model_dir, adapter_dir=a.adapter or None, stats_paths=a.stats,
+                       out=a.out)
+    print(json.dumps({p: {k: c.get(k) for k in ("mean_abs", "max_abs", "kl_k3")} for p, c in rec["cells"].items()}))
 
 
 def _gemm_bench(a):
@@ -106,6 +113,13 @@ def add_commands(sub) -> None:
     p.add_argument("--autotune", default="", help="kernel_tuning record whose options the profile replays")
     p.add_argument("--cache-dir", default="", help="compile caches shared across jobs (config cache_dir)")
     p.set_defaults(fn=_decode_profile)
+
+    p = sub.add_parser("mismatch", help="a model's generation cells: engine logprobs against the trainer's -> JSON")
+    for k in ("model", "model-dir", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--adapter", default="", help="the LoRA adapter the LoRA cells ran")
+    p.add_argument("--stats", nargs="+", required=True, help="the cells' stats files")
+    p.set_defaults(fn=_mismatch)
 
     p = sub.add_parser("gemm-bench", help="a decode step's GEMMs per shape and implementation, on CUDA -> JSON")
     p.add_argument("--model", required=True, help="a config of config/models (qwen3 or llama)")

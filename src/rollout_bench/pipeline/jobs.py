@@ -65,6 +65,31 @@ def tuned_slugs(cfg: dict) -> list[str]:
     return list(dict.fromkeys(flex_slugs(cfg) + trained))
 
 
+@dataclass(frozen=True)
+class MismatchJob:
+    """One model's mismatch job (generation/mismatch.py): the cells of backends that return logprobs, scored
+    against the trainer's forward."""
+    model: str
+    cells: tuple[GenJob, ...]
+    lora: bool  # some cell runs the LoRA adapter: the trainer loads it too
+
+    @property
+    def path(self) -> str:
+        return f"results/mismatch/{model_slug(self.model)}.json"
+
+
+def mismatch_jobs(cfg: dict) -> list[MismatchJob]:
+    """One per model with cells of a backend that returns logprobs (backends' LOGPROBS), in first-seen order."""
+    from .. import backends
+
+    by_model: dict[str, list[GenJob]] = {}
+    for j in gen_jobs(cfg):
+        if getattr(backends.module(j.backend), "LOGPROBS", False):
+            by_model.setdefault(j.model, []).append(j)
+    return [MismatchJob(m, tuple(cells), any(cfg["workload"]["cases"][c.case]["lora"] for c in cells))
+            for m, cells in by_model.items()]
+
+
 def decode_profile_paths(cfg: dict) -> list[str]:
     """One decode profile per model whose autotune record a flex generation job replays (decode_profile.enabled)."""
     if not cfg["decode_profile"]["enabled"]:

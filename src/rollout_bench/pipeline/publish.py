@@ -11,8 +11,8 @@ import yaml
 from ..core import atomic, envinfo
 
 MANIFEST = "MANIFEST.json"
-SUBDIRS = ("generate", "train", "band", "compare", "autotune", "decode_profile", "summary", "tables", "charts", "logs",
-           "benchmarks")
+SUBDIRS = ("generate", "mismatch", "train", "band", "compare", "autotune", "decode_profile", "summary", "tables",
+           "charts", "logs", "benchmarks")
 PACKAGES = ("torch", "transformers", "peft", "trl", "triton", "vllm", "unsloth", "flash_attn_4")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import aggregate
+from .train import mismatch_cell
 from .render import bandwidth, fmt, peak_gb
 
 PROFILE = "headline"
@@ -80,8 +81,29 @@ def expected(cfg: dict) -> list[tuple[str, int]]:
     return [(name, bs) for name, c in cases.items() for bs in c.get("batch_sizes", [])]
 
 
-def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None) -> tuple[list[str], list[str], bool]:
-    """Table rows, the notes for cells without a ratio, and whether some cell asked for has a side not run."""
+def mismatches(folder: Path, recs: list[tuple[Path, dict]]) -> dict[str, dict]:
+    """Each scored cell's mismatch figures (generation/mismatch.py), by its stats file's path in the folder."""
+    out = {}
+    for _, rec in _of(recs, "mismatch"):
+        for cell, figures in rec["cells"].items():
+            out[str(folder / cell.removeprefix("results/"))] = figures
+    return out
+
+
+def _mismatch(m: dict | None) -> str:
+    """A side's logprobs against the trainer's: mean |Δ| (max); KL."""
+    if not m:
+        return "—"
+    if "mean_abs" not in m:
+        return "no tokens" if "tokens" in m else "—"
+    return f"{fmt(m['mean_abs'], '.3f')} ({fmt(m['max_abs'], '.2f')}); {m['kl_k3']:.1e}"
+
+
+def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None,
+                    mm: dict[str, dict] | None = None) -> tuple[list[str], list[str], bool]:
+    """Table rows, the notes for cells without a ratio, and whether some cell asked for has a side not run;
+    mm: the cells' mismatch figures by stats path (`mismatches`)."""
+    mm = mm or {}
     df = aggregate.generation_frame([str(p) for p, _ in _of(recs, "generate")])
     df = df.assign(peak_gb=peak_gb)
     rows, notes = [], []
@@ -113,7 +135,8 @@ def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None) 
         rows.append(f"| {name} | {key[1]} | {fmt(x.decode_tps)} | {fmt(y.decode_tps)} | {ratio} | {last} "
                     f"| {bandwidth(x.decode_gb_per_s, x.of_copy_rate)} "
                     f"| {_spread(x)}, {_spread(y)} "
-                    f"| {fmt(x.peak_gb, '.0f')}, {fmt(y.peak_gb, '.0f')} |")
+                    f"| {fmt(x.peak_gb, '.0f')}, {fmt(y.peak_gb, '.0f')} "
+                    f"| {_mismatch(mm.get(x.path))} · {_mismatch(mm.get(y.path))} |")
     never = [k for k in asked if k not in ran]
     if never:
         notes.append("not run by either: " + ", ".join(f"{c} B = {bs}" for c, bs in never))
@@ -142,7 +165,8 @@ def train_rows(recs: list, a: str, b: str) -> tuple[list[str], list[str], bool]:
     row = (f"| {x['model']}, LoRA r{wl['lora_rank']}, {wl['prompts_per_step']} × {wl['num_generations']} × "
            f"{wl['max_new_tokens']} tokens, median of steps {x.get('median_step_window')} "
            f"| {fmt(x['median_step_s'], '.3f')} | {fmt(y['median_step_s'], '.3f')} "
-           f"| **{fmt(x['median_step_s'] / y['median_step_s'], '.2f')}** | {fmt(pa, '.1f')}, {fmt(pb, '.1f')} |")
+           f"| **{fmt(x['median_step_s'] / y['median_step_s'], '.2f')}** | {fmt(pa, '.1f')}, {fmt(pb, '.1f')} "
+           f"| {mismatch_cell(x)} · {mismatch_cell(y)} |")
     return [row], [], False
 
 
@@ -186,6 +210,11 @@ def gate_note(recs: list, backend: str) -> str:
             f"token, argmax and logprob, within HF's own bf16 error. ")
 
 
+def mismatch_rows(recs: list) -> str:
+    rows = {r["workload"].get("rows") for _, r in _of(recs, "mismatch")}
+    return "/".join(map(str, sorted(rows))) if rows else "a few"
+
+
 def autotune_note(recs: list) -> str:
     walls = [r["wall_s"] for _, r in _of(recs, "autotune")]
     return f"; the autotune pass, a measurement of its own, took {fmt(sum(walls), ',.0f')} s more" if walls else ""
@@ -200,7 +229,7 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
     man = json.loads((folder / "MANIFEST.json").read_text())
     recs, cfg = _read(folder), _config(folder)
     limit = (cfg.get("workload") or {}).get("max_round_spread")
-    gen, gen_notes, gen_missing = generation_rows(recs, cfg, a, b, limit)
+    gen, gen_notes, gen_missing = generation_rows(recs, cfg, a, b, limit, mismatches(folder, recs))
     train, train_notes, train_missing = train_rows(recs, a, b)
     share = startup(recs)
     commits = ", ".join(c[:12] for c in man["git_commits"]) or "not recorded"
@@ -214,12 +243,14 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
         f"{invocation_note(folder, recs)}",
         "",
         f"| cell | B | {a} tok/s | {b} tok/s | {a} / {b} | time to last completion s: {a}, {b} ({a} / {b}) "
-        f"| {a} GB/s (of copy) | round spread {a}, {b} (host CPUs busy elsewhere) | peak GB {a}, {b} |",
-        "|---|--:|--:|--:|--:|---|--:|---|---|",
+        f"| {a} GB/s (of copy) | round spread {a}, {b} (host CPUs busy elsewhere) | peak GB {a}, {b} "
+        f"| logprobs vs trainer, mean \\|Δ\\| (max); KL: {a} · {b} |",
+        "|---|--:|--:|--:|--:|---|--:|---|---|---|",
         *gen,
         "",
         *([f"| GRPO step ({a} rollout against {b} colocated) | {a} s/step | {b} s/step | {a} / {b} "
-           f"| peak alloc GB {a}, {b} |", "|---|--:|--:|--:|---|", *train, ""] if train else []),
+           f"| peak alloc GB {a}, {b} | sampler vs trainer, mean \\|Δlogp\\| per step; KL: {a} · {b} |",
+           "|---|--:|--:|--:|---|---|", *train, ""] if train else []),
     ]
     notes = gen_notes + train_notes
     if notes:
@@ -238,6 +269,13 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
                  f"timed rounds, of all the host's CPUs (runs before 2026-12-06 do not record it). Peak GB: the most "
                  f"the job held, torch's reserved memory or the engine's own pool ({a}'s is sized for its job's "
                  f"largest batch, which every cell of the job shares; {b}'s is the device memory in use, its "
-                 f"gpu_memory_utilization share and more). A ratio is shown only where "
+                 f"gpu_memory_utilization share and more). Logprobs vs trainer: the engine's logprob of each "
+                 f"token it sampled against the trainer's forward on the same tokens (HF in the run's dtype, the "
+                 f"LoRA adapter unmerged, as GRPO trains it), on {mismatch_rows(recs)} rows of the cell's last timed "
+                 f"round spread over the batch: the mean and largest |difference| per token (nats) and the KL "
+                 f"estimate k3 = exp(d) - 1 - d, d = trainer - engine, what TRL's importance-sampling correction "
+                 f"reads as off-policy ('—': not scored; runs before 2026-12-06 did not). In the GRPO row the same "
+                 f"at every step of the run on all its completions: the median step's mean |Δ| (the worst step's) "
+                 f"and the worst step's KL. A ratio is shown only where "
                  f"both sides' rounds spread at most {fmt(100 * limit, '.0f') if limit else '—'}%.")
     return "\n".join(lines)

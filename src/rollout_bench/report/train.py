@@ -186,7 +186,7 @@ def _is_cell(r: dict) -> str:
     return f"{r.get('is_mode')}{bounds}{kind}: {'; '.join(parts)}"
 
 
-def _mismatch_cell(r: dict) -> str:
+def mismatch_cell(r: dict) -> str:
     """The rollout's logprobs against the trainer's on the same tokens: the median step's and the worst step's mean
     |gap| per token, and the worst step's KL(sampler || trainer) (importance.py); '—' where the rollout samples
     from the trainer's own model."""
@@ -240,7 +240,7 @@ def training_table(stats_paths) -> str:
             lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (7 + len(PHASES)))
             continue
         med = [_fmt(statistics.median(s.get(f"time/{p}_s") or 0.0 for s in _window(r)), ".3f") for p in PHASES]
-        lines.append(head + f"| ok | {_steps_cell(r)} | {_fmt(r['median_step_s'], '.3f')} | {_mismatch_cell(r)} "
+        lines.append(head + f"| ok | {_steps_cell(r)} | {_fmt(r['median_step_s'], '.3f')} | {mismatch_cell(r)} "
                             f"| {_fmt(r['train_wall_s'], '.1f')} | {_fmt(r['peak_memory_gb'].get('allocated'), '.2f')} "
                             f"| {r.get('optimizer', '')} | {_is_cell(r)} "
                             f"| {' | '.join(med)} |")

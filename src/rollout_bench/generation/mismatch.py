@@ -1,0 +1,117 @@
+"""Mismatch beside speed: an engine's logprobs of its own sampled tokens against the trainer's on those tokens.
+
+TRL's importance-sampling correction reads any gap between the rollout engine's logprobs and the trainer's
+forward as off-policy. A generation cell keeps, of its last timed round, a few rows spread over the batch with
+the logprobs the engine returned for them (`sample`: engines that return logprobs, `row_logprobs`); the model's
+mismatch job (`run`, one per model) then scores every cell's sample with the trainer: the HF model in the cells'
+dtype (bf16 on the GPU), the LoRA adapter unmerged through PEFT as GRPO trains it, projected like TRL's loss head
+(fp32 logits / T, log_softmax). Per cell:
+
+    mean_abs, p99_abs, max_abs    |logprob_engine - logprob_trainer| per completion token (nats)
+    kl_k3                         KL(engine || trainer) per token, the k3 estimate on the engine's tokens:
+                                  exp(d) - 1 - d, d = trainer - engine (>= 0), as grpo/importance.py logs it
+    mean_signed                   trainer - engine per token
+"""
+import time
+
+import torch
+
+from ..core import atomic, stats
+from ..core.workload import spread_rows
+
+ROWS = 4  # rows a cell keeps: first, last and two between
+
+
+def sample(gen, spec, prompts: list[list[int]], outputs: list[list[int]], rows: int = ROWS) -> dict | None:
+    """The rows of a cell's last round its mismatch is scored on (prompt-major outputs, n per prompt), or None for a
+    generator that returns no logprobs. `temperature`: the one the engine's logprobs are at (1 for greedy)."""
+    if not hasattr(gen, "row_logprobs") or not outputs:
+        return None
+    picked = spread_rows(len(outputs), rows)
+    lps = gen.row_logprobs(picked)
+    assert all(len(lp) == len(outputs[i]) for lp, i in zip(lps, picked)), "a logprob per sampled token"
+    s = spec.sampling
+    return {"temperature": 1.0 if s.greedy else s.temperature, "rows": picked,
+            "prompts": [list(prompts[i // spec.num_generations]) for i in picked],
+            "tokens": [list(outputs[i]) for i in picked],
+            "logprobs": [[round(float(x), 6) for x in lp] for lp in lps]}
+
+
+@torch.no_grad()
+def trainer_logprobs(model, prompts: list[list[int]], tokens: list[list[int]], temperature: float) -> list[torch.Tensor]:
+    """The trainer's log_softmax(logits / T)[token] of each completion token, per row [T_c] float32, from one
+    forward of prompt + completion."""
+    from ..engine.correctness import reference_logits
+
+    dev = next(model.parameters()).device
+    out = []
+    for p, c in zip(prompts, tokens):
+        ids = torch.tensor([list(p) + list(c)], device=dev)  # [1, P + T_c]
+        z = reference_logits(model, ids, start=len(p) - 1)[:-1]  # [T_c, V] float32
+        tok = torch.tensor(c, device=dev)[:, None]  # [T_c, 1]
+        out.append(torch.log_softmax(z / temperature, -1).gather(1, tok)[:, 0].cpu())
+    return out
+
+
+def summarize(engine: list[list[float]], trainer: list[torch.Tensor]) -> dict:
+    """Per-token engine and trainer logprobs of the same rows -> the cell's mismatch figures."""
+    d = torch.cat([t.double() - torch.tensor(e, dtype=torch.float64) for e, t in zip(engine, trainer)])  # [N]
+    if not d.numel():
+        return {"rows": len(engine), "tokens": 0}
+    a = d.abs()
+    return {"rows": len(engine), "tokens": int(d.numel()), "mean_abs": a.mean().item(),
+            "p99_abs": torch.quantile(a, 0.99).item(), "max_abs": a.max().item(),
+            "kl_k3": (torch.expm1(d) - d).mean().item(), "mean_signed": d.mean().item()}
+
+
+def score_cells(records: dict[str, dict], load_trainer) -> dict[str, dict]:
+    """{stats path: record} -> {stats path: figures or {"reason": ...}}. load_trainer(workload) -> the trainer model
+    for a cell's workload (dtype, device, LoRA or not); built once per distinct one, freed before the next."""
+    out, groups = {}, {}
+    for path, rec in records.items():
+        smp = rec.get("logprob_sample") if rec.get("status") == "ok" else None
+        if smp is None:
+            out[path] = {"reason": f"{rec.get('backend')} returned no logprobs" if rec.get("status") == "ok"
+                         else f"the cell is {rec.get('status')}"}
+            continue
+        wl = rec["workload"]
+        groups.setdefault((wl["dtype"], wl["device"], wl["lora_rank"] > 0), []).append(path)
+    for key, paths in groups.items():
+        model = load_trainer(records[paths[0]]["workload"])
+        for path in paths:
+            smp, t0 = records[path]["logprob_sample"], time.perf_counter()
+            got = trainer_logprobs(model, smp["prompts"], smp["tokens"], smp["temperature"])
+            out[path] = {**summarize(smp["logprobs"], got), "temperature": smp["temperature"],
+                         "seconds": round(time.perf_counter() - t0, 3)}
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return out
+
+
+def run(*, model: str, model_dir: str, adapter_dir: str | None, stats_paths: list[str], out: str) -> dict:
+    """The mismatch job of one model: every cell's sample scored with the trainer -> one JSON (`cells` by path)."""
+    from dataclasses import replace
+
+    from ..backends import hf_model
+    from ..core.workload import GenSpec, Sampling
+
+    record = stats.base("mismatch", backend="trainer", variant="hf", model=model,
+                        workload={"rows": ROWS, "trainer": "HF in the cells' dtype, sdpa, PEFT adapter unmerged",
+                                  "cells": len(stats_paths)})
+    t0 = record.pop("_t0")
+    records = {p: stats.read_json(p) for p in stats_paths}
+    base = GenSpec(model_dir=model_dir, adapter_dir=None, variant="hf", batch_size=1, max_new_tokens=1,
+                   sampling=Sampling(), ignore_eos=True, eos_token_id=0, pad_token_id=0, max_prompt_tokens=1,
+                   num_generations=1)
+
+    def load_trainer(wl: dict):
+        if wl["lora_rank"] > 0 and not adapter_dir:
+            raise ValueError(f"a LoRA cell of {model} has a logprob sample but the job was given no --adapter")
+        return hf_model.load_model(replace(base, dtype=wl["dtype"], device=wl["device"],
+                                           adapter_dir=adapter_dir if wl["lora_rank"] > 0 else None))
+
+    record["cells"] = score_cells(records, load_trainer)
+    record["wall_s"] = round(time.perf_counter() - t0, 3)
+    atomic.write_json(out, record)
+    return record
