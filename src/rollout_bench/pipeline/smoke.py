@@ -63,7 +63,7 @@ def expected(cfg: dict) -> list[tuple[str, str]]:
     profiles = jobs.decode_profile_paths(cfg)
     outputs = ([f"results/autotune/{slug}/decode_opts.json" for slug in tuned]
                + [j.path for j in jobs.gen_jobs(cfg)] + [j.path for j in jobs.train_jobs(cfg)]
-               + jobs.band_paths(cfg) + jobs.compare_paths(cfg) + profiles)
+               + [m.path for m in jobs.mismatch_jobs(cfg)] + jobs.band_paths(cfg) + jobs.compare_paths(cfg) + profiles)
     out += [(p, _log_of(p)) for p in outputs]
     out.append(("results/tables/generate.md", "results/logs/report/render_generate.log"))
     if profiles:

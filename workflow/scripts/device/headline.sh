@@ -5,6 +5,7 @@
 #   S  the smoke run, once the core and vLLM groups are installed (not timed)
 #   H  the headline profile; then its tables
 #   T  the GPU tests (pytest -m gpu)
+#   P  S and T beside each other (neither is timed for a result), before H: a session's device time for all three
 # S and H share one compile-cache directory, as the jobs of one host do (host/compile_cache.py): what vLLM compiles
 # once a host (the Triton kernels of its warm-up: 90-110 s after graph capture in every first vLLM start of a
 # published run, 8-9 s in the next) is paid in S, and H's stats say per library whether its cache was warm.
@@ -22,11 +23,18 @@ while [ ! -f /tmp/site-core/.installed ] || [ ! -f /tmp/site-vllm/.installed ]; 
 mkdir -p /tmp/rb-bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/rb-bin/python && chmod +x /tmp/rb-bin/python
 export PATH="/tmp/rb-bin:$PATH"
 SITE=/tmp/site-vllm:/tmp/site-core
-if step S; then
+gpu_tests() {
+  say "T start"
+  PYTHONPATH=/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider tests > /tmp/pytest_gpu.log 2>&1
+  say "T rc=$?"
+}
+if step S || step P; then
+  step P && { gpu_tests & }
   say "S start"
   env $CACHES PYTHONPATH=$SITE:$PWD/src timeout 900 python3 -m rollout_bench.pipeline.smoke --gpu 0 --workdir /tmp/smoke \
     > /tmp/smoke.log 2>&1
   say "S rc=$?"
+  wait
 fi
 if step H; then
   say "H start"
@@ -40,8 +48,6 @@ if step H; then
    echo "$(( $(date +%s) - t0 ))" > /tmp/headline_wall_s)
 fi
 if step T; then
-  say "T start"
-  PYTHONPATH=/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider tests > /tmp/pytest_gpu.log 2>&1
-  say "T rc=$?"
+  gpu_tests
 fi
 say DONE
