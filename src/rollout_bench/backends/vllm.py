@@ -216,8 +216,10 @@ class Generator:
 
     def row_logprobs(self, rows: list[int]) -> list[list[float]]:
         """The last call's logprobs of its own tokens, per row asked for (read after the round, not inside it)."""
-        return [[c.logprobs[t][tok].logprob for t, tok in enumerate(c.token_ids)]
-                for c in (self.last_outs[i] for i in rows)]
+        picked = [self.last_outs[i] for i in rows]
+        if any(c.logprobs is None for c in picked):
+            raise RuntimeError("vLLM returned no logprobs though the request asked for logprobs=0")
+        return [[c.logprobs[t][tok].logprob for t, tok in enumerate(c.token_ids)] for c in picked]
 
     def memory(self) -> dict:
         return engine_memory(self.llm, gpu_memory_utilization(self.spec),

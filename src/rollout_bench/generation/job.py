@@ -236,8 +236,12 @@ def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, flo
             return (stats.failed({**record, "attempts": fields["attempts"], "round_gate": judged},
                                  round_gate_reason(judged)), setup_s, fields["timed_s"])
     record.update(fields)
-    if (smp := mismatch.sample(gen, spec, result["prompts"], result["outputs"])) is not None:
-        record["logprob_sample"] = smp  # scored against the trainer by the model's mismatch job
+    try:  # scored against the trainer by the model's mismatch job; the cell's speed stands without it
+        if (smp := mismatch.sample(gen, spec, result["prompts"], result["outputs"])) is not None:
+            record["logprob_sample"] = smp
+    except Exception as e:  # noqa: BLE001 -- named in the stats, and the mismatch job says the cell has no sample
+        traceback.print_exc()
+        record["logprob_sample_error"] = f"{type(e).__name__}: {e}"[:500]
     record["completions"] = completions.summary(
         result["outputs"], eos_token_id=spec.eos_token_id, ignore_eos=spec.ignore_eos, batch_size=spec.batch_size,
         median_wall_s=record["median_wall_s"], engine_round=engine_info.get("last_round"))

@@ -71,8 +71,8 @@ def score_cells(records: dict[str, dict], load_trainer) -> dict[str, dict]:
     for path, rec in records.items():
         smp = rec.get("logprob_sample") if rec.get("status") == "ok" else None
         if smp is None:
-            out[path] = {"reason": f"{rec.get('backend')} returned no logprobs" if rec.get("status") == "ok"
-                         else f"the cell is {rec.get('status')}"}
+            why = rec.get("logprob_sample_error") or f"{rec.get('backend')} returned no logprobs"
+            out[path] = {"reason": why if rec.get("status") == "ok" else f"the cell is {rec.get('status')}"}
             continue
         wl = rec["workload"]
         groups.setdefault((wl["dtype"], wl["device"], wl["lora_rank"] > 0), []).append(path)
