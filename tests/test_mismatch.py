@@ -88,3 +88,17 @@ def test_one_mismatch_job_a_model_over_the_engines_that_return_logprobs():
     for m in found:
         assert m.lora == any(cfg["workload"]["cases"][c.case]["lora"] for c in m.cells)
         assert m.path == f"results/mismatch/{jobs.model_slug(m.model)}.json"
+
+
+def test_a_dry_runs_plan_names_the_mismatch_job_at_its_published_wall(tmp_path):
+    import yaml
+
+    from rollout_bench.pipeline import plan
+
+    cfg = config.resolve({**yaml.safe_load((ROOT / "config/config.yaml").read_text()), "profile": "headline"})
+    rec = tmp_path / "pub/run/mismatch/qwen3-4b.json"
+    rec.parent.mkdir(parents=True)
+    rec.write_text(json.dumps({"kind": "mismatch", "status": "ok", "model": "qwen3-4b", "wall_s": 31.0,
+                               "env": {"gpu_name": "NVIDIA H200"}}))
+    rows = {r["job"]: r for r in plan.estimate(cfg, tmp_path / "pub")}
+    assert rows["mismatch qwen3-4b"]["seconds"] == 31.0 and rows["mismatch qwen3-4b"]["cells"] == 14
