@@ -11,6 +11,9 @@ dtype (bf16 on the GPU), the LoRA adapter unmerged through PEFT as GRPO trains i
     kl_k3                         KL(engine || trainer) per token, the k3 estimate on the engine's tokens:
                                   exp(d) - 1 - d, d = trainer - engine (>= 0), as grpo/importance.py logs it
     mean_signed                   trainer - engine per token
+
+The engine's logprob is the one it hands to TRL: flex's policy logprob log_softmax(z / T); vLLM's processed one
+(TRL's logprobs_mode), which under top-k/top-p is renormalised over the kept tokens, a gap TRL sees as well.
 """
 import time
 
