@@ -117,6 +117,7 @@ def test_sampling_kwargs_greedy_and_sampled():
     assert vb.sampling_kwargs(spec(sampling=s, options={"request_seed": True}), 1)["seed"] == 7
     assert vb.engine_kwargs(spec(sampling=s))["seed"] == 7
     assert vb.sampling_kwargs(spec(options={"detokenize": False}), 1)["detokenize"] is False
+    assert "logprobs" not in vb.sampling_kwargs(spec(options={"logprobs": False}), 1)  # the engine without them
     for preset in SAMPLING_PRESETS:  # 0 is "off" in vLLM 0.26; -1 is never sent
         assert vb.sampling_kwargs(spec(sampling=Sampling.from_config(preset, 1)), 1)["top_k"] >= 0
 

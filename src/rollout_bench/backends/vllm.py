@@ -147,11 +147,17 @@ def sampling_kwargs(spec, n: int) -> dict:
     """SamplingParams for one request. vLLM 0.26: top_k 0 = off (-1 still accepted, 0 preferred);
     temperature 0 = greedy, which vLLM refuses with n > 1 (see `requests`).
 
+    In vLLM 0.26, run in-process as TRL colocates it, returning those logprobs cost up to a third of its tok/s at
+    B = 256 (results/published/h100-2026-12-06-headline-b against -headline).
+
     The seed goes to the engine (`LLM(seed=)`); a per-request seed (option request_seed: true)
     makes vLLM 0.26 leave FlashInfer sampling and draw each seeded row in a Python loop."""
     s = spec.sampling
-    # logprobs=0: the sampled token's own logprob, which TRL's rollout asks for at every step
-    kw = dict(n=n, max_tokens=spec.max_new_tokens, ignore_eos=spec.ignore_eos, logprobs=0)
+    kw = dict(n=n, max_tokens=spec.max_new_tokens, ignore_eos=spec.ignore_eos)
+    # logprobs=0: the sampled token's own logprob, which TRL's GRPO asks of vLLM at every step (and flex returns
+    # always); option logprobs: false measures the engine without them (no mismatch for its cells)
+    if spec.options.get("logprobs", True):
+        kw["logprobs"] = 0
     if spec.options.get("request_seed", False):
         kw["seed"] = s.seed
     if not spec.options.get("detokenize", True):  # TRL keeps vLLM's detokenizer on; so do we by default
