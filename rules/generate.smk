@@ -45,7 +45,8 @@ for _g in GEN_GROUPS:
 
 
 # Mismatch beside speed: per model, every cell of an engine that returns logprobs, its sampled tokens scored by the
-# trainer's forward (generation/mismatch.py). After the model's generation jobs, so that no timed round shares the GPU.
+# trainer's forward (generation/mismatch.py). After the model's generation jobs (its inputs): the trainer's weights
+# never share the GPU with that model's engines.
 rule mismatch:
     input:
         stats=lambda wc: [c.path for c in MISMATCH_JOBS[wc.model].cells],

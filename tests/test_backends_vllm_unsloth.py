@@ -118,6 +118,8 @@ def test_sampling_kwargs_greedy_and_sampled():
     assert vb.engine_kwargs(spec(sampling=s))["seed"] == 7
     assert vb.sampling_kwargs(spec(options={"detokenize": False}), 1)["detokenize"] is False
     assert "logprobs" not in vb.sampling_kwargs(spec(options={"logprobs": False}), 1)  # the engine without them
+    # ... and its sampling path as vLLM picks it without TRL's logprobs mode
+    assert "logprobs_mode" not in vb.engine_kwargs(spec(options={"logprobs": False}))
     for preset in SAMPLING_PRESETS:  # 0 is "off" in vLLM 0.26; -1 is never sent
         assert vb.sampling_kwargs(spec(sampling=Sampling.from_config(preset, 1)), 1)["top_k"] >= 0
 
@@ -190,6 +192,8 @@ def test_generator_with_fake_vllm(monkeypatch, tmp_path):
     assert req.args == ("adapter", 1, str(Path(lora).resolve()))
     assert out == [[3, 0], [3, 0], [1, 0], [1, 0]]
     assert gen.row_logprobs([0, 3]) == [[-0.4, -0.1], [-0.2, -0.1]]  # each row's own tokens, in output order
+    gen.spec = spec(options={"logprobs": False})
+    assert gen.row_logprobs([0]) is None
 
     gen.spec = spec(sampling=Sampling.from_config("equivalence", 1))
     out = gen.generate([[5, 6, 7], [8]], 3)  # sampled: one request per prompt, n=3, index order

@@ -204,6 +204,13 @@ def test_a_greedy_cells_timed_round_is_judged_against_hf(tiny_assets, tmp_path):
     assert big["max_logprob_error"] <= big["logprob_tol"] == 1e-3  # float32: the engine's logprobs are HF's
 
 
+def test_a_round_of_more_completions_than_slots_is_judged_in_the_largest_bucket(tiny_assets, tmp_path):
+    """2 prompts x 2 completions through 2 slots: the round queues, its steps decode in bucket 2."""
+    (rec,) = _flex_job(tmp_path, tiny_assets, ("greedy", 2, {"n_prompts": 2, "num_generations": 2}))
+    assert rec["status"] == "ok" and rec["round_gate"]["passed"] and rec["round_gate"]["bucket"] == 2
+    assert rec["round_gate"]["rows"] == [0, 1, 2, 3]
+
+
 def test_a_sampled_cell_is_not_judged(tiny_assets, tmp_path):
     hot = Sampling(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=3).to_dict()
     (rec,) = _flex_job(tmp_path, tiny_assets, ("hot", 2, {"sampling": hot, "sampling_preset": None}))

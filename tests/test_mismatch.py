@@ -7,7 +7,7 @@ import torch
 
 from rollout_bench.backends import flex
 from rollout_bench.core.workload import GenSpec, Sampling
-from rollout_bench.generation import mismatch
+from rollout_bench.generation import logprob_sample, mismatch
 from rollout_bench.pipeline import config, jobs
 
 from .conftest import ROOT
@@ -22,7 +22,7 @@ def _spec(tiny_assets, adapter=False, temperature=1.0):
 def _record(spec, prompts, rows=3):
     gen = flex.load(spec)
     outs = gen.generate(prompts, spec.num_generations)
-    return {"status": "ok", "backend": "flex", "logprob_sample": mismatch.sample(gen, spec, prompts, outs, rows),
+    return {"status": "ok", "backend": "flex", "logprob_sample": logprob_sample.sample(gen, spec, prompts, outs, rows),
             "workload": {"dtype": spec.dtype, "device": spec.device, "lora_rank": 4 if spec.adapter_dir else 0}}
 
 
@@ -34,7 +34,7 @@ def test_sample_keeps_spread_rows_with_their_prompts_and_the_engines_logprobs(ti
     assert [len(t) for t in smp["tokens"]] == [12] * 3 and [len(lp) for lp in smp["logprobs"]] == [12] * 3
     assert all(lp <= 0 for row in smp["logprobs"] for lp in row)
     # a generator that returns no logprobs keeps none
-    assert mismatch.sample(object(), _spec(tiny_assets), prompts, [[1]] * 4) is None
+    assert logprob_sample.sample(object(), _spec(tiny_assets), prompts, [[1]] * 4) is None
 
 
 def test_the_trainer_sees_an_exact_engine_as_exact_and_a_small_bias_as_that_bias(tiny_assets, tmp_path):
@@ -102,3 +102,21 @@ def test_a_dry_runs_plan_names_the_mismatch_job_at_its_published_wall(tmp_path):
                                "env": {"gpu_name": "NVIDIA H200"}}))
     rows = {r["job"]: r for r in plan.estimate(cfg, tmp_path / "pub")}
     assert rows["mismatch qwen3-4b"]["seconds"] == 31.0 and rows["mismatch qwen3-4b"]["cells"] == 14
+
+
+def test_a_broken_logprob_path_fails_the_mismatch_job_and_an_option_off_does_not(tiny_assets, tmp_path):
+    """A cell whose engine raised reading its logprobs (logprob_sample_error) makes the job `failed`, naming it; a
+    cell whose engine was asked for none (vLLM option logprobs: false) is only named."""
+    wl = {"dtype": "float32", "device": "cpu", "lora_rank": 0}
+    paths = {"broken": {"status": "ok", "backend": "vllm", "workload": wl,
+                        "logprob_sample_error": "RuntimeError: vLLM returned no logprobs"},
+             "off": {"status": "ok", "backend": "vllm", "workload": wl}}
+    for name, rec in paths.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec))
+    out = tmp_path / "out.json"
+    rec = mismatch.run(model="qwen3-tiny", model_dir=tiny_assets["model"], adapter_dir=None,
+                       stats_paths=[str(tmp_path / "broken.json")], out=str(out))
+    assert rec["status"] == "failed" and "broken.json: RuntimeError" in rec["reason"]
+    rec = mismatch.run(model="qwen3-tiny", model_dir=tiny_assets["model"], adapter_dir=None,
+                       stats_paths=[str(tmp_path / "off.json")], out=str(out))
+    assert rec["status"] == "ok" and rec["cells"][str(tmp_path / "off.json")] == {"reason": "vllm returned no logprobs"}

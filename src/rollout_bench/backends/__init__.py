@@ -26,8 +26,8 @@ A backend module provides:
         retarget(spec) -> bool  (optional) take the next cell of its job (same_engine, within what it was built
             for) without a rebuild; False: the job builds a generator for that cell
         prepare(spec)  (optional) before a cell's warm-up: whatever its first timed round must not pay for
-        row_logprobs(rows) -> list[list[float]]  (optional, with LOGPROBS) the last call's logprob of each token of
-            the rows asked for (generation/mismatch.py scores them against the trainer)
+        row_logprobs(rows) -> list[list[float]] | None  (optional, with LOGPROBS) the last call's logprob of each
+            token of the rows asked for, None where its options turn them off (generation/mismatch.py scores them)
     RETARGET: bool  (optional) its generator retargets: the job builds it once, before its first cell (and gates
         it); without, the job builds one for each cell
     LOGPROBS: bool  (optional) its generator has row_logprobs: the model's mismatch job scores its cells

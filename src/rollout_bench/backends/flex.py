@@ -159,7 +159,9 @@ class Generator:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         bad = result["first_mismatch"]
-        return {"passed": result["passed"], "rows": picked, "bucket": self.engine.runner.bucket(len(outputs)),
+        # a round of more completions than slots decoded its full steps in the largest bucket
+        bucket = self.engine.runner.bucket(min(len(outputs), self.engine.config.max_batch))
+        return {"passed": result["passed"], "rows": picked, "bucket": bucket,
                 "tokens": result["greedy_tokens"], "exact": result["greedy_exact"], "ties": len(result["greedy_ties"]),
                 "mismatches": len(result["greedy_mismatches"]),
                 "first_mismatch": None if bad is None else {**bad, "row": picked[bad["prompt"]]},

@@ -131,9 +131,11 @@ def engine_kwargs(spec) -> dict:
     kw = dict(model=spec.model_dir, dtype=spec.dtype, seed=spec.sampling.seed,
               gpu_memory_utilization=gpu_memory_utilization(spec), max_model_len=spec.max_seq_len,
               max_num_seqs=spec.batch_size, enforce_eager=bool(spec.options.get("enforce_eager", False)))
-    # as TRL's colocated engine: the logprobs it returns are the distribution drawn from (after temperature and
-    # top-k/top-p), which its importance-sampling correction compares with the trainer's
-    kw["logprobs_mode"] = "processed_logprobs"
+    if returns_logprobs(spec):
+        # as TRL's colocated engine: the logprobs it returns are the distribution drawn from (after temperature and
+        # top-k/top-p), which its importance-sampling correction compares with the trainer's. Set only with the
+        # option on: the mode changes vLLM's top-k/top-p sampling path whether or not a request asks for logprobs
+        kw["logprobs_mode"] = "processed_logprobs"
     if spec.variant == "dummy":
         kw["load_format"] = "dummy"
     if spec.adapter_dir:
@@ -141,6 +143,11 @@ def engine_kwargs(spec) -> dict:
         kw.update(enable_lora=True, max_loras=1, max_lora_rank=min(x for x in LORA_RANKS if x >= r))
     kw.update(spec.options.get("engine_kwargs", {}))
     return kw
+
+
+def returns_logprobs(spec) -> bool:
+    """Option logprobs (default on, as TRL's GRPO asks of vLLM): each sampled token's logprob comes back."""
+    return bool(spec.options.get("logprobs", True))
 
 
 def sampling_kwargs(spec, n: int) -> dict:
@@ -156,7 +163,7 @@ def sampling_kwargs(spec, n: int) -> dict:
     kw = dict(n=n, max_tokens=spec.max_new_tokens, ignore_eos=spec.ignore_eos)
     # logprobs=0: the sampled token's own logprob, which TRL's GRPO asks of vLLM at every step (and flex returns
     # always); option logprobs: false measures the engine without them (no mismatch for its cells)
-    if spec.options.get("logprobs", True):
+    if returns_logprobs(spec):
         kw["logprobs"] = 0
     if spec.options.get("request_seed", False):
         kw["seed"] = s.seed
@@ -220,8 +227,11 @@ class Generator:
         self.last_outs = [c for o in outs for c in sorted(o.outputs, key=lambda c: c.index)]
         return [list(c.token_ids) for c in self.last_outs]
 
-    def row_logprobs(self, rows: list[int]) -> list[list[float]]:
-        """The last call's logprobs of its own tokens, per row asked for (read after the round, not inside it)."""
+    def row_logprobs(self, rows: list[int]) -> list[list[float]] | None:
+        """The last call's logprobs of its own tokens, per row asked for (read after the round, not inside it); None
+        where option logprobs is off."""
+        if not returns_logprobs(self.spec):
+            return None
         picked = [self.last_outs[i] for i in rows]
         if any(c.logprobs is None for c in picked):
             raise RuntimeError("vLLM returned no logprobs though the request asked for logprobs=0")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from .. import backends
 from ..backends import kernel_tuning
 from ..core import atomic, envinfo, stats
-from . import completions, measure, mismatch
+from . import completions, logprob_sample, measure
 
 
 @dataclass
@@ -237,7 +237,7 @@ def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, flo
                                  round_gate_reason(judged)), setup_s, fields["timed_s"])
     record.update(fields)
     try:  # scored against the trainer by the model's mismatch job; the cell's speed stands without it
-        if (smp := mismatch.sample(gen, spec, result["prompts"], result["outputs"])) is not None:
+        if (smp := logprob_sample.sample(gen, spec, result["prompts"], result["outputs"])) is not None:
             record["logprob_sample"] = smp
     except Exception as e:  # noqa: BLE001 -- named in the stats, and the mismatch job says the cell has no sample
         traceback.print_exc()

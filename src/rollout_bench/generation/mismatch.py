@@ -2,10 +2,11 @@
 
 TRL's importance-sampling correction reads any gap between the rollout engine's logprobs and the trainer's
 forward as off-policy. A generation cell keeps, of its last timed round, a few rows spread over the batch with
-the logprobs the engine returned for them (`sample`: engines that return logprobs, `row_logprobs`); the model's
-mismatch job (`run`, one per model) then scores every cell's sample with the trainer: the HF model in the cells'
-dtype (bf16 on the GPU), the LoRA adapter unmerged through PEFT as GRPO trains it, projected like TRL's loss head
-(fp32 logits / T, log_softmax). Per cell:
+the logprobs the engine returned for them (generation/logprob_sample.py: engines that return logprobs,
+`row_logprobs`); the model's mismatch job (`run`, one per model) then scores every cell's sample with the trainer:
+the HF model in the cells' dtype (bf16 on the GPU), the LoRA adapter unmerged through PEFT as GRPO trains it, its
+logits projected in float32 (as TRL's cast_lm_head_to_fp32 does; TRL's default bf16 head would add its own
+rounding), then log_softmax(logits / T). Per cell:
 
     mean_abs, p99_abs, max_abs    |logprob_engine - logprob_trainer| per completion token (nats)
     kl_k3                         KL(engine || trainer) per token, the k3 estimate on the engine's tokens:
@@ -20,24 +21,7 @@ import time
 import torch
 
 from ..core import atomic, stats
-from ..core.workload import spread_rows
-
-ROWS = 4  # rows a cell keeps: first, last and two between
-
-
-def sample(gen, spec, prompts: list[list[int]], outputs: list[list[int]], rows: int = ROWS) -> dict | None:
-    """The rows of a cell's last round its mismatch is scored on (prompt-major outputs, n per prompt), or None for a
-    generator that returns no logprobs. `temperature`: the one the engine's logprobs are at (1 for greedy)."""
-    if not hasattr(gen, "row_logprobs") or not outputs:
-        return None
-    picked = spread_rows(len(outputs), rows)
-    lps = gen.row_logprobs(picked)
-    assert all(len(lp) == len(outputs[i]) for lp, i in zip(lps, picked)), "a logprob per sampled token"
-    s = spec.sampling
-    return {"temperature": 1.0 if s.greedy else s.temperature, "rows": picked,
-            "prompts": [list(prompts[i // spec.num_generations]) for i in picked],
-            "tokens": [list(outputs[i]) for i in picked],
-            "logprobs": [[round(float(x), 6) for x in lp] for lp in lps]}
+from .logprob_sample import ROWS
 
 
 @torch.no_grad()
@@ -76,6 +60,8 @@ def score_cells(records: dict[str, dict], load_trainer) -> dict[str, dict]:
         if smp is None:
             why = rec.get("logprob_sample_error") or f"{rec.get('backend')} returned no logprobs"
             out[path] = {"reason": why if rec.get("status") == "ok" else f"the cell is {rec.get('status')}"}
+            if rec.get("status") == "ok" and rec.get("logprob_sample_error"):
+                out[path]["error"] = True  # the engine's logprob path broke: the job says so (run)
             continue
         wl = rec["workload"]
         groups.setdefault((wl["dtype"], wl["device"], wl["lora_rank"] > 0), []).append(path)
@@ -115,6 +101,10 @@ def run(*, model: str, model_dir: str, adapter_dir: str | None, stats_paths: lis
                                            adapter_dir=adapter_dir if wl["lora_rank"] > 0 else None))
 
     record["cells"] = score_cells(records, load_trainer)
+    broken = [p for p, c in record["cells"].items() if c.get("error")]
+    if broken:  # a smoke run must not read this as ok: the figures the table shows would be missing silently
+        record = stats.failed(record, "engines that return logprobs kept no sample of these cells: "
+                                      + "; ".join(f"{p}: {record['cells'][p]['reason']}" for p in broken))
     record["wall_s"] = round(time.perf_counter() - t0, 3)
     atomic.write_json(out, record)
     return record

@@ -207,7 +207,7 @@ def gate_note(recs: list, backend: str) -> str:
                 f"above say not ok, and why). ")
     return (f"{backend}'s timed rounds against HF: in each of its {len(judged)} greedy cells, completions of the "
             f"last timed round (rows spread over the batch, {tokens:,} tokens in all) matched HF float32 token by "
-            f"token, argmax and logprob, within HF's own bf16 error. ")
+            f"token, argmax and logprob, within the gate's tolerance (the dtype's own plus twice HF's error in it). ")
 
 
 def mismatch_rows(recs: list) -> str:
@@ -271,7 +271,8 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
                  f"largest batch, which every cell of the job shares; {b}'s is the device memory in use, its "
                  f"gpu_memory_utilization share and more). Logprobs vs trainer: the engine's logprob of each "
                  f"token it sampled against the trainer's forward on the same tokens (HF in the run's dtype, the "
-                 f"LoRA adapter unmerged, as GRPO trains it), on up to {mismatch_rows(recs)} rows of the cell's last timed "
+                 f"LoRA adapter unmerged, as GRPO trains it; logits projected in float32, as TRL's "
+                 f"cast_lm_head_to_fp32 does), on up to {mismatch_rows(recs)} rows of the cell's last timed "
                  f"round spread over the batch: the mean and largest |difference| per token (nats) and the KL "
                  f"estimate k3 = exp(d) - 1 - d, d = trainer - engine, what TRL's importance-sampling correction "
                  f"reads as off-policy ('—': not scored; runs before 2026-12-06 did not). In the GRPO row the same "
