@@ -102,6 +102,7 @@ def test_a_dry_runs_plan_names_the_mismatch_job_at_its_published_wall(tmp_path):
                                "env": {"gpu_name": "NVIDIA H200"}}))
     rows = {r["job"]: r for r in plan.estimate(cfg, tmp_path / "pub")}
     assert rows["mismatch qwen3-4b"]["seconds"] == 31.0 and rows["mismatch qwen3-4b"]["cells"] == 14
+    assert rows["decode_profile qwen3-4b"]["seconds"] is None  # in the profile, no published wall here
 
 
 def test_a_broken_logprob_path_fails_the_mismatch_job_and_an_option_off_does_not(tiny_assets, tmp_path):

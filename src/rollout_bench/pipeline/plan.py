@@ -4,9 +4,8 @@ machine: a dry run needs no GPU), as does `python -m rollout_bench.pipeline.plan
 The estimate is read off published stats of the same model and backend (results/published/, smoke runs left out):
 a generation job's overhead (its cells' wall less their timed rounds, the median over published cells, once per
 job) plus, per cell, a warm-up and its timed rounds at the published median round wall of that batch size; a GRPO
-run's overhead plus its steps at the published median step; the autotune pass's and a mismatch job's published
-wall. A job with no
-published figure is named as not estimated, never guessed.
+run's overhead plus its steps at the published median step; the autotune pass's, the decode profile's and a mismatch
+job's published wall. A job with no published figure is named as not estimated, never guessed.
 """
 import argparse
 import json
@@ -71,6 +70,10 @@ def estimate(cfg: dict, root="results/published") -> list[dict]:
             elif total is not None:
                 total += cell * (wl["rounds"] + 1)
         rows.append({"job": g.key, "cells": len(g.cells), "seconds": total, "unknown_cells": unknown})
+    for path in jobs.decode_profile_paths(cfg):
+        slug = path.split("/")[2]
+        walls = [r["wall_s"] for r in recs if r.get("kind") == "decode_profile" and r["model"] == slug]
+        rows.append({"job": f"decode_profile {slug}", "cells": 0, "seconds": _median(walls)})
     for m in jobs.mismatch_jobs(cfg):
         slug = jobs.model_slug(m.model)
         walls = [r["wall_s"] for r in recs if r.get("kind") == "mismatch" and r["model"] == slug]
