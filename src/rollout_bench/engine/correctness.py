@@ -88,6 +88,7 @@ def judge(reference, prompts: list[list[int]], continuations: list[list[int]], t
     need_first = first_logits is not None
     ref, ref_forced = first(reference) if need_first else None, forced(reference)
     extra, lp_tol = {}, tol
+    ref_lps = token_lps(ref_forced) if logprobs is not None else None
     if fp32_reference is not None:
         ref32, ref32_forced = first(fp32_reference) if need_first else None, forced(fp32_reference)
         errs = [(a - b).abs().max().item() for a, b in zip(ref_forced, ref32_forced)]
@@ -99,12 +100,13 @@ def judge(reference, prompts: list[list[int]], continuations: list[list[int]], t
             extra.update(reference_argmax_match=bool(torch.equal(ref.argmax(-1), ref32.argmax(-1))),
                          same_dtype_max_abs_logit_diff=(first_logits - ref).abs().max().item())
         if logprobs is not None:
-            lp_err = max((a - b).abs().max().item() for a, b in zip(token_lps(ref_forced), token_lps(ref32_forced)))
+            ref32_lps = token_lps(ref32_forced)
+            lp_err = max((a - b).abs().max().item() for a, b in zip(ref_lps, ref32_lps))
             extra["reference_logprob_error"] = lp_err
             lp_tol = tol + factor * lp_err
+            ref_lps = ref32_lps  # the judge's, as its logits are
         tol = tol + factor * ref_err
         ref, ref_forced = ref32, ref32_forced
-    ref_lps = token_lps(ref_forced) if logprobs is not None else None
     exact, ties, mismatches, lp_max = 0, [], [], 0.0
     for i, (cont, logits) in enumerate(zip(continuations, ref_forced)):
         toks = torch.tensor(list(cont), device=dev)

@@ -47,14 +47,18 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def _wall(recs: list[dict], kind: str, slug: str) -> float | None:
+    """The median published wall of a one-per-model job (autotune, decode profile, mismatch) on `slug`."""
+    return _median([r["wall_s"] for r in recs if r.get("kind") == kind and r["model"] == slug])
+
+
 def estimate(cfg: dict, root="results/published") -> list[dict]:
     """One row per GPU job: what it is, its cells, and its estimated seconds (None: no published figure)."""
     recs = _published(Path(root))
     gen = [r for r in recs if r.get("kind") == "generate" and r.get("rounds")]
     rows = []
     for slug in jobs.tuned_slugs(cfg) if cfg["autotune"]["enabled"] else []:
-        walls = [r["wall_s"] for r in recs if r.get("kind") == "autotune" and r["model"] == slug]
-        rows.append({"job": f"autotune {slug}", "cells": 0, "seconds": _median(walls)})
+        rows.append({"job": f"autotune {slug}", "cells": 0, "seconds": _wall(recs, "autotune", slug)})
     for g in jobs.gen_groups(cfg):
         mine = [r for r in gen if r["model"] == g.model_slug and r["backend"] == g.backend]
         overhead = _median([r["wall_s"] - sum(x["wall_s"] for x in r["rounds"]) for r in mine])
@@ -72,12 +76,10 @@ def estimate(cfg: dict, root="results/published") -> list[dict]:
         rows.append({"job": g.key, "cells": len(g.cells), "seconds": total, "unknown_cells": unknown})
     for path in jobs.decode_profile_paths(cfg):
         slug = path.split("/")[2]
-        walls = [r["wall_s"] for r in recs if r.get("kind") == "decode_profile" and r["model"] == slug]
-        rows.append({"job": f"decode_profile {slug}", "cells": 0, "seconds": _median(walls)})
+        rows.append({"job": f"decode_profile {slug}", "cells": 0, "seconds": _wall(recs, "decode_profile", slug)})
     for m in jobs.mismatch_jobs(cfg):
         slug = jobs.model_slug(m.model)
-        walls = [r["wall_s"] for r in recs if r.get("kind") == "mismatch" and r["model"] == slug]
-        rows.append({"job": f"mismatch {slug}", "cells": len(m.cells), "seconds": _median(walls)})
+        rows.append({"job": f"mismatch {slug}", "cells": len(m.cells), "seconds": _wall(recs, "mismatch", slug)})
     for j in jobs.train_jobs(cfg):
         wl = jobs.train_workload(cfg, j.model, j.backend, j.seed, j.frozen)
         same = [r for r in recs if r.get("kind") == "train" and r["model"] == jobs.model_slug(j.model)
