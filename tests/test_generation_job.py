@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from rollout_bench.core import stats
 from rollout_bench.core.workload import Sampling
@@ -211,10 +212,39 @@ def test_a_round_of_more_completions_than_slots_is_judged_in_the_largest_bucket(
     assert rec["round_gate"]["rows"] == [0, 1, 2, 3]
 
 
-def test_a_sampled_cell_is_not_judged(tiny_assets, tmp_path):
-    hot = Sampling(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=3).to_dict()
-    (rec,) = _flex_job(tmp_path, tiny_assets, ("hot", 2, {"sampling": hot, "sampling_preset": None}))
+def test_a_sampled_cells_timed_round_is_judged_by_its_logprobs_at_its_temperature(tiny_assets, tmp_path):
+    hot = Sampling(temperature=0.9, top_p=1.0, top_k=0, min_p=0.0, seed=3).to_dict()
+    (rec,) = _flex_job(tmp_path, tiny_assets, ("hot", 4, {"sampling": hot, "sampling_preset": None}))
+    judged = rec["round_gate"]
+    assert rec["status"] == "ok" and judged["passed"] and judged["judged_by"] == "logprob at T=0.9"
+    assert judged["tokens"] == 4 * 4 and judged["exact"] is None and judged["ties"] == 0
+    assert judged["max_logprob_error"] <= judged["logprob_tol"] == 1e-3  # float32: the engine's logprobs are HF's
+
+
+def test_processed_logprobs_under_a_truncating_sampler_are_not_judged(tiny_assets, tmp_path):
+    """Renormalised over the kept tokens, they are not log_softmax(logits / T): no reference to hold them to."""
+    top = Sampling(temperature=1.0, top_p=0.9, top_k=0, min_p=0.0, seed=3).to_dict()
+    (rec,) = _flex_job(tmp_path, tiny_assets, ("top", 2, {"sampling": top, "sampling_preset": None,
+                                                          "options": {"logprobs": "processed"}}))
     assert rec["status"] == "ok" and "round_gate" not in rec
+
+
+def test_logprobs_at_the_wrong_temperature_fail_a_sampled_cell(tiny_assets, tmp_path, monkeypatch):
+    """An engine that hands back log_softmax(logits) (T = 1) for tokens it sampled at T = 0.9: issue 47's wrong-
+    temperature fault, caught on the timed round itself."""
+    from rollout_bench.engine import sampler
+
+    real = sampler.sample
+
+    def logprobs_at_t1(logits, p, positions, how, cap, processed=False):  # logits [B, V]
+        tokens, _ = real(logits, p, positions, how, cap, processed)
+        return tokens, logits.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(logits, -1)
+
+    monkeypatch.setattr(sampler, "sample", logprobs_at_t1)
+    hot = Sampling(temperature=0.9, top_p=1.0, top_k=0, min_p=0.0, seed=3).to_dict()
+    (rec,) = _flex_job(tmp_path, tiny_assets, ("hot", 2, {"sampling": hot, "sampling_preset": None}))
+    assert rec["status"] == "failed" and not rec["round_gate"]["passed"]
+    assert "has a logprob" in rec["reason"] and rec["round_gate"]["first_mismatch"]["step"] == 0
 
 
 def test_a_fault_in_one_buckets_decode_fails_that_cell_with_its_first_diverging_token(tiny_assets, tmp_path,
@@ -271,3 +301,28 @@ def test_a_stale_page_table_in_one_bucket_fails_that_cell(tiny_assets, tmp_path,
     assert bad["status"] == "failed" and bad["round_gate"]["mismatches"] > 0
     # random weights keep their argmax over the wrong K/V here; the logprobs do not
     assert "logprob_error" in bad["round_gate"]["first_mismatch"] and "has a logprob" in bad["reason"]
+
+
+def test_a_stale_page_table_fails_a_sampled_bfloat16_cell(tiny_assets, tmp_path, monkeypatch):
+    """The gate on a sampled round in the dtype the headline runs: bf16's own error widens the tolerance, and rows
+    that read another row's pages still fall outside it."""
+    from rollout_bench.engine import model_runner
+
+    real = model_runner.ModelRunner.decode_step
+
+    def stale(self, b, how):
+        rows = self.slot[:b].clone()
+        self.slot[:b] = rows.roll(1, 0)
+        try:
+            return real(self, b, how)
+        finally:
+            self.slot[:b] = rows
+
+    hot = Sampling(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=3).to_dict()
+    spec = ("hot", 4, {"sampling": hot, "sampling_preset": None, "dtype": "bfloat16", "max_new_tokens": 8})
+    (good,) = _flex_job(tmp_path / "good", tiny_assets, spec)
+    assert good["status"] == "ok" and good["round_gate"]["passed"]
+    monkeypatch.setattr(model_runner.ModelRunner, "decode_step", stale)
+    (bad,) = _flex_job(tmp_path / "bad", tiny_assets, spec)
+    assert bad["status"] == "failed" and "has a logprob" in bad["reason"]
+    assert bad["round_gate"]["max_logprob_error"] > bad["round_gate"]["logprob_tol"] > good["round_gate"]["max_logprob_error"]

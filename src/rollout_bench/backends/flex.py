@@ -139,14 +139,19 @@ class Generator:
     def check_round(self, spec, prompts: list[list[int]], outputs: list[list[int]], rows: int = 4) -> dict | None:
         """The timed configuration itself against HF: `rows` completions of the cell's last timed round (its bucket's
         own graphs, captured with the tile table they replay, over the whole generation length), spread over the
-        batch (first, last and between), each judged token by token against HF float32 on the same tokens, its
-        argmax and its logprob (correctness.judge), the tolerances widened by HF's own error in the job's dtype
-        as the gate's is. Greedy
-        cells only: a sampled token has no argmax to match. The references are loaded for the check and freed after
-        it, so that no cell's peak memory holds them."""
+        batch (first, last and between), each judged token by token against HF float32 on the same tokens
+        (correctness.judge), the tolerances widened by HF's own error in the job's dtype as the gate's is.
+
+        Greedy cells: each token's argmax and logprob. Sampled cells: each token's logprob at the cell's temperature
+        alone (a sampled token has no argmax to match), what a page table or tile that reads the wrong K/V moves.
+        None where the engine's logprobs are not log_softmax(logits / T): option logprobs 'processed' under a
+        truncating sampler renormalises over the kept tokens. The references are loaded for the check and freed
+        after it, so that no cell's peak memory holds them."""
         from ..engine import correctness
 
-        if not spec.sampling.greedy or not outputs:
+        smp = spec.sampling
+        truncates = smp.top_k > 0 or smp.top_p < 1 or smp.min_p > 0
+        if not outputs or (not smp.greedy and truncates and self.engine.config.logprobs == "processed"):
             return None
         t0 = time.perf_counter()
         picked = spread_rows(len(outputs), rows)
@@ -154,7 +159,8 @@ class Generator:
         ref, ref32 = references(spec)
         result = correctness.judge(ref, [prompts[i // n] for i in picked], [outputs[i] for i in picked],
                                    correctness.LOGIT_TOL[spec.dtype], fp32_reference=ref32,
-                                   logprobs=self.row_logprobs(picked))
+                                   logprobs=self.row_logprobs(picked), logprob_tol=correctness.LOGPROB_TOL[spec.dtype],
+                                   sampled_at=None if smp.greedy else smp.temperature)
         del ref, ref32
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -162,6 +168,7 @@ class Generator:
         # a round of more completions than slots decoded its full steps in the largest bucket
         bucket = self.engine.runner.bucket(min(len(outputs), self.engine.config.max_batch))
         return {"passed": result["passed"], "rows": picked, "bucket": bucket,
+                "judged_by": "argmax+logprob" if smp.greedy else f"logprob at T={smp.temperature:g}",
                 "tokens": result["greedy_tokens"], "exact": result["greedy_exact"], "ties": len(result["greedy_ties"]),
                 "mismatches": len(result["greedy_mismatches"]),
                 "first_mismatch": None if bad is None else {**bad, "row": picked[bad["prompt"]]},

@@ -12,6 +12,11 @@ from .logits import lm_logits
 # Largest first-token |logit| difference to HF, and the top-2 margin under which a greedy
 # disagreement counts as an argmax tie of the reference rather than an error.
 LOGIT_TOL = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
+# Largest |logprob| difference of a token to the reference's before the judge widens it by HF's own error in the
+# dtype (judge's `factor`): a logprob is a logit minus the row's logsumexp, both accumulated in float32 by engine
+# and reference alike, so what is left for the engine's own arithmetic is small; the dtype's rounding of weights
+# and activations is what HF's own error in that dtype measures on the same tokens.
+LOGPROB_TOL = {"float32": 1e-3, "bfloat16": 0.02, "float16": 0.02}
 # A low-precision gate given an fp32 reference (check's fp32_reference) judges the engine against it,
 # with LOGIT_TOL[dtype] + REF_ERROR_FACTOR x the HF reference's own error in that dtype. With a factor
 # of 2 the gate is never stricter than the same-dtype comparison: moving both logits of a greedy gap
@@ -59,7 +64,8 @@ def check(engine, reference, prompts: list[list[int]], new_tokens: int, tol: flo
 @torch.no_grad()
 def judge(reference, prompts: list[list[int]], continuations: list[list[int]], tol: float, fp32_reference=None,
           factor: float = REF_ERROR_FACTOR, first_logits: torch.Tensor | None = None,
-          logprobs: list[list[float]] | None = None) -> dict:
+          logprobs: list[list[float]] | None = None, logprob_tol: float | None = None,
+          sampled_at: float | None = None) -> dict:
     """Greedy continuations an engine produced (one per prompt), judged token by token against the reference's
     logits on those same tokens (teacher forcing): a token that is not the reference's argmax fails unless the
     reference's own gap to it is within the tolerance (an argmax tie), as `check` describes; first_logits [n, V],
@@ -70,8 +76,15 @@ def judge(reference, prompts: list[list[int]], continuations: list[list[int]], t
     depends on the context: a row that reads the wrong K/V keeps its argmax, not its logprob). The tolerance is
     the one of the logits, and in a low-precision job it grows the same way, by `factor` x HF's own logprob error
     in that dtype on the same tokens. The result names the first failing token (`first_mismatch`: prompt, step,
-    gap or logprob error), None when every token passed."""
+    gap or logprob error), None when every token passed.
+
+    logprob_tol: the logprob tolerance before that widening (LOGPROB_TOL[dtype]); `tol` where not given.
+    sampled_at: the temperature the continuations were sampled at. A sampled token has no argmax to match: each is
+    judged by its logprob alone, against the reference's log_softmax(logits / T), HF's own error taken at T too;
+    `greedy_exact` is then None (no token is an argmax match or a tie) and `logprobs` are required."""
+    assert sampled_at is None or (sampled_at > 0 and logprobs is not None), "a sampled round is judged by logprobs"
     dev = reference.device
+    scale = 1.0 if sampled_at is None else float(sampled_at)
 
     def first(model):  # [n, V]
         return torch.stack([reference_logits(model, torch.tensor([p], device=model.device))[-1].to(dev)
@@ -81,13 +94,14 @@ def judge(reference, prompts: list[list[int]], continuations: list[list[int]], t
         return [reference_logits(model, torch.tensor([p + list(c)], device=model.device))[len(p) - 1:-1].to(dev)
                 for p, c in zip(prompts, continuations)]
 
-    def token_lps(forced_logits):  # per prompt [T]: log_softmax of each generated token
+    def token_lps(forced_logits):  # per prompt [T]: log_softmax(logits / T) of each generated token
         return [(lg.gather(1, torch.tensor([list(c)], device=dev).T)[:, 0] - torch.logsumexp(lg, -1))
-                for lg, c in zip(forced_logits, continuations)]
+                for lg, c in ((lg / scale, c) for lg, c in zip(forced_logits, continuations))]
 
     need_first = first_logits is not None
     ref, ref_forced = first(reference) if need_first else None, forced(reference)
-    extra, lp_tol = {}, tol
+    extra, lp_tol = {}, tol if logprob_tol is None else logprob_tol
+    base_lp_tol = lp_tol
     ref_lps = token_lps(ref_forced) if logprobs is not None else None
     if fp32_reference is not None:
         ref32, ref32_forced = first(fp32_reference) if need_first else None, forced(fp32_reference)
@@ -103,7 +117,7 @@ def judge(reference, prompts: list[list[int]], continuations: list[list[int]], t
             ref32_lps = token_lps(ref32_forced)
             lp_err = max((a - b).abs().max().item() for a, b in zip(ref_lps, ref32_lps))
             extra["reference_logprob_error"] = lp_err
-            lp_tol = tol + factor * lp_err
+            lp_tol = base_lp_tol + factor * lp_err
             ref_lps = ref32_lps  # the judge's, as its logits are
         tol = tol + factor * ref_err
         ref, ref_forced = ref32, ref32_forced
@@ -117,7 +131,10 @@ def judge(reference, prompts: list[list[int]], continuations: list[list[int]], t
             gap = (top2[t, 0] - chosen[t]).item()
             lp_err = lp_errs[t].item() if lp_errs is not None else 0.0
             lp_max = max(lp_max, lp_err)
-            if gap > tol:
+            if sampled_at is not None:
+                if lp_err > lp_tol:
+                    mismatches.append({"prompt": i, "step": t, "logprob_error": round(lp_err, 5)})
+            elif gap > tol:
                 mismatches.append({"prompt": i, "step": t, "gap": round(gap, 5)})
             elif lp_err > lp_tol:
                 mismatches.append({"prompt": i, "step": t, "gap": round(max(gap, 0.0), 5),
@@ -128,7 +145,8 @@ def judge(reference, prompts: list[list[int]], continuations: list[list[int]], t
                 ties.append({"prompt": i, "step": t, "gap": round(gap, 5),
                              "ref_top2_margin": round((top2[t, 0] - top2[t, 1]).item(), 5)})
     first_mismatch = min(mismatches, key=lambda m: (m["step"], m["prompt"])) if mismatches else None
-    out = {"greedy_tokens": sum(len(c) for c in continuations), "greedy_exact": exact, "greedy_ties": ties,
+    out = {"greedy_tokens": sum(len(c) for c in continuations),
+           "greedy_exact": None if sampled_at is not None else exact, "greedy_ties": ties,
            "greedy_mismatches": mismatches, "first_mismatch": first_mismatch, "logit_tol": tol}
     if logprobs is not None:
         out.update(max_logprob_error=lp_max, logprob_tol=lp_tol)

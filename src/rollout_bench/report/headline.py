@@ -202,12 +202,17 @@ def gate_note(recs: list, backend: str) -> str:
         return ""
     bad = [r for r in judged if not r["round_gate"]["passed"]]
     tokens = sum(r["round_gate"]["tokens"] for r in judged)
+    sampled = sum(1 for r in judged if r["round_gate"].get("judged_by", "argmax+logprob") != "argmax+logprob")
+    kind = "judged" if sampled else "greedy"
     if bad:
-        return (f"{backend}'s timed rounds against HF: {len(bad)} of {len(judged)} greedy cells failed (their rows "
+        return (f"{backend}'s timed rounds against HF: {len(bad)} of {len(judged)} {kind} cells failed (their rows "
                 f"above say not ok, and why). ")
-    return (f"{backend}'s timed rounds against HF: in each of its {len(judged)} greedy cells, completions of the "
-            f"last timed round (rows spread over the batch, {tokens:,} tokens in all) matched HF float32 token by "
-            f"token, argmax and logprob, within the gate's tolerance (the dtype's own plus twice HF's error in it). ")
+    how = "argmax and logprob" if not sampled else (
+        f"argmax and logprob in its {len(judged) - sampled} greedy cells, the logprob at the cell's temperature in its "
+        f"{sampled} sampled {'cell' if sampled == 1 else 'cells'}")
+    return (f"{backend}'s timed rounds against HF: in each of its {len(judged)} {kind} cells, completions of the last timed round (rows "
+            f"spread over the batch, {tokens:,} tokens in all) matched HF float32 token by token, {how}, within the "
+            f"gate's tolerance (the dtype's own plus twice HF's error in it). ")
 
 
 def mismatch_rows(recs: list) -> str:

@@ -5,7 +5,10 @@
 #   S  the smoke run, once the core and vLLM groups are installed (not timed)
 #   H  the headline profile; then its tables
 #   T  the GPU tests (pytest -m gpu)
-#   P  S and T beside each other (neither is timed for a result), before H: a session's device time for all three
+#   P  S and T beside each other (neither is timed for a result), before H: a session's device time for all three;
+#      T starts once the core group is installed, while the vLLM group's wheels are still arriving
+# CORE_ONLY=1: no vLLM group (the plan does not wait for it; S and H then record vLLM `skipped`); GPU_TESTS: the test
+# files T runs (default: all of tests/).
 # S and H share one compile-cache directory, as the jobs of one host do (host/compile_cache.py): what vLLM compiles
 # once a host (the Triton kernels of its warm-up: 90-110 s after graph capture in every first vLLM start of a
 # published run, 8-9 s in the next) is paid in S, and H's stats say per library whether its cache was warm.
@@ -19,17 +22,20 @@ STEPS="${*:-S H T}"
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 say "plan ($STEPS) start at ${ROLLOUT_BENCH_GIT_COMMIT:-?} dirty=${ROLLOUT_BENCH_GIT_DIRTY:-?}"
 # a group only once installed whole: a package half-written by its install would fail the jobs that import it
-while [ ! -f /tmp/site-core/.installed ] || [ ! -f /tmp/site-vllm/.installed ]; do sleep 2; done
+wait_for() { while [ ! -f /tmp/site-$1/.installed ]; do sleep 2; done; }
+wait_for core
 mkdir -p /tmp/rb-bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/rb-bin/python && chmod +x /tmp/rb-bin/python
 export PATH="/tmp/rb-bin:$PATH"
 SITE=/tmp/site-vllm:/tmp/site-core
 gpu_tests() {
   say "T start"
-  PYTHONPATH=/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider tests > /tmp/pytest_gpu.log 2>&1
+  PYTHONPATH=/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider ${GPU_TESTS:-tests} \
+    > /tmp/pytest_gpu.log 2>&1
   say "T rc=$?"
 }
+step P && { gpu_tests & }
+[ "${CORE_ONLY:-0}" = 1 ] && SITE=/tmp/site-core || wait_for vllm
 if step S || step P; then
-  step P && { gpu_tests & }
   say "S start"
   env $CACHES PYTHONPATH=$SITE:$PWD/src timeout 900 python3 -m rollout_bench.pipeline.smoke --gpu 0 --workdir /tmp/smoke \
     > /tmp/smoke.log 2>&1
