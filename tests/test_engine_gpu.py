@@ -51,9 +51,12 @@ def test_graphs_greedy_match_hf(model, split_kv):
     assert engine.runner.graphs, "decode ran through captured graphs"
 
 
-def test_graphs_sampling_equals_uncompiled(model):
+@pytest.mark.parametrize("sampling", [Sampling(temperature=0.1, top_p=0.97, top_k=5, min_p=0.5, seed=3),
+                                      Sampling(temperature=1.0, seed=3)], ids=["topk", "temperature"])
+def test_graphs_sampling_equals_uncompiled(model, sampling):
+    """Each sampling path in the captured graphs (the 'temperature' one compiled) draws the uncompiled path's
+    tokens."""
     ps = prompts(6, seed=2)
-    sampling = Sampling(temperature=0.1, top_p=0.97, top_k=5, min_p=0.5, seed=3)
     fast = Engine(model, config()).generate(ps, sampling, 20, n=4, ignore_eos=True)
     slow = Engine(model, config(cuda_graphs=False, compile=False, num_pages=80, max_batch=24)).generate(
         ps, sampling, 20, n=4, ignore_eos=True)
@@ -157,8 +160,8 @@ def test_options_per_batch_size_capture_each_bucket_with_its_own_and_stay_exact(
 
 
 def test_a_cells_sampling_path_is_captured_before_its_rounds(model):
-    """flex's generator captures the `full` sampling path (temperature 1, no top-k) of every bucket a cell can
-    shrink to before its warm-up: no graph is captured inside a timed round."""
+    """flex's generator captures the `temperature` sampling path (temperature 1, no truncation) of every bucket a
+    cell can shrink to before its warm-up: no graph is captured inside a timed round."""
     from dataclasses import replace
 
     from rollout_bench.backends import flex
@@ -169,10 +172,10 @@ def test_a_cells_sampling_path_is_captured_before_its_rounds(model):
                    sampling=Sampling(temperature=1.0), ignore_eos=True, eos_token_id=0, pad_token_id=0,
                    max_prompt_tokens=60, device="cuda", dtype="float32")
     gen = flex.Generator(spec, engine=engine)
-    assert not any(how == "full" for _, how in engine.runner.graphs)
+    assert not any(how == "temperature" for _, how in engine.runner.graphs)
     gen.prepare(spec)
     captured = set(engine.runner.graphs)
-    assert {(b, "full") for b in engine.runner.buckets} <= captured
+    assert {(b, "temperature") for b in engine.runner.buckets} <= captured
     gen.generate(prompts(4, seed=5), 2, max_new_tokens=[2, 5, 3, 8, 1, 4, 6, 7])
     assert set(engine.runner.graphs) == captured
     assert gen.retarget(replace(spec, batch_size=4)) and not gen.retarget(replace(spec, batch_size=16))

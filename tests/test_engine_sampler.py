@@ -31,10 +31,13 @@ def test_greedy_and_logprob():
 
 
 def test_mode_choice():
-    assert sampler.mode([(0.0, 0), (0.0, 5)], 64, 1000) == "greedy"
-    assert sampler.mode([(0.1, 5), (1.0, 64)], 64, 1000) == "topk"
-    assert sampler.mode([(0.1, 5), (1.0, 0)], 64, 1000) == "full"
-    assert sampler.mode([(0.1, 5)], 64, 32) == "full"  # cap not below the vocabulary
+    assert sampler.mode([(0.0, 0, 1.0, 0.0), (0.0, 5, 0.9, 0.0)], 64, 1000) == "greedy"
+    assert sampler.mode([(1.0, 0, 1.0, 0.0), (0.0, 0, 1.0, 0.0)], 64, 1000) == "temperature"  # GRPO's sampling
+    assert sampler.mode([(0.1, 5, 1.0, 0.0), (1.0, 64, 1.0, 0.0)], 64, 1000) == "topk"
+    assert sampler.mode([(0.1, 5, 1.0, 0.0), (1.0, 0, 1.0, 0.0)], 64, 1000) == "full"
+    assert sampler.mode([(1.0, 0, 0.95, 0.0)], 64, 1000) == "full"  # top-p truncates: sorted
+    assert sampler.mode([(1.0, 0, 1.0, 0.05)], 64, 1000) == "full"  # so does min-p
+    assert sampler.mode([(0.1, 5, 1.0, 0.0)], 64, 32) == "full"  # cap not below the vocabulary
 
 
 @pytest.mark.parametrize("kw, allowed", [
@@ -75,6 +78,21 @@ def test_topk_path_equals_full_sort():
     torch.testing.assert_close(a[1], b[1])
 
 
+@pytest.mark.parametrize("processed", [False, True])
+def test_temperature_path_draws_what_the_full_sort_draws(processed):
+    """No sort over the vocabulary: the same tokens and logprobs as the sorted path, greedy rows (the padding of a
+    bucket) included, and 'processed' changes nothing where nothing is truncated."""
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(64, 3000, generator=g) * 4  # [B, V]
+    p, pos = params(64, temperature=0.9), torch.arange(64) * 7
+    p.temperature[[3, 40]] = 0.0
+    tok, lp = sample(logits, p, pos, "temperature", 64, processed)
+    ref_tok, ref_lp = sample(logits, p, pos, "full", 64)
+    assert torch.equal(tok, ref_tok) and len(set(tok.tolist())) > 32
+    torch.testing.assert_close(lp, ref_lp)
+    assert tok[3] == logits[3].argmax() and tok[40] == logits[40].argmax()
+
+
 def test_per_request_seed_reproducible_and_independent_of_batch():
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(8, 300, generator=g)
@@ -112,7 +130,7 @@ def test_uniforms_never_round_to_one():
     assert sampler.uniform(torch.tensor([seed]), torch.tensor([pos]), torch.tensor([[token]])).item() < 1
 
 
-@pytest.mark.parametrize("how", ["full", "topk"])
+@pytest.mark.parametrize("how", ["full", "topk", "temperature"])
 def test_a_negligible_token_is_never_drawn(how):
     """The token whose uniform is the largest the hash gives, at logit -100 against 0 elsewhere (its
     probability e^-100): a Gumbel draw of the grid's largest uniform is ~16.6, so it cannot win."""
@@ -195,6 +213,31 @@ def test_float_logits_are_not_rounded_to_bf16():
 def test_float_logits_on_cuda_use_an_fp32_output_matmul():
     ours, bf16 = _logit_errors("cuda")
     assert ours < 1e-3 and bf16 > 0.05, (ours, bf16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_compiled_temperature_path_draws_what_the_eager_one_draws():
+    """The decode graphs run sample_temperature compiled (one pass over the logits, ModelRunner): over Qwen3's
+    vocabulary it draws the eager path's tokens with the eager path's logprobs (Triton's log may round a last bit
+    differently, which could move an exact near-tie), and a row draws the same token in a smaller bucket."""
+    from rollout_bench.engine.model_runner import compiled
+
+    B, V = 256, 151936
+    g = torch.Generator(device="cuda").manual_seed(0)
+    logits = torch.randn(B, V, device="cuda", generator=g) * 3  # [B, V]
+    p = Params(torch.full((B,), 0.9, device="cuda"), torch.zeros(B, dtype=torch.long, device="cuda"),
+               torch.ones(B, device="cuda"), torch.zeros(B, device="cuda"),
+               torch.tensor([request_seed(3407, i) for i in range(B)], device="cuda"))
+    p.temperature[7] = 0.0
+    pos = torch.arange(B, device="cuda") * 3 + 100
+    fn = compiled(sampler.sample_temperature, True)
+    tok, lp = fn(logits, p.temperature, p.seed, pos)
+    ref_tok, ref_lp = sampler.sample_temperature(logits, p.temperature, p.seed, pos)
+    same = tok == ref_tok
+    assert same.float().mean().item() >= 0.99 and tok[7] == logits[7].argmax()
+    torch.testing.assert_close(lp[same], ref_lp[same], atol=1e-4, rtol=0)
+    assert torch.equal(fn(logits[:8], p.temperature[:8], p.seed[:8], pos[:8])[0], tok[:8])
 
 
 def _top_p_twice(real):

@@ -75,7 +75,8 @@ class Generator:
         runner = self.engine.runner
         if not runner.graphs_on:
             return
-        how = runner.mode(spec.sampling.temperature, spec.sampling.top_k)
+        smp = spec.sampling
+        how = runner.mode(smp.temperature, smp.top_k, smp.top_p, smp.min_p)
         top = runner.bucket(min(spec.batch_size, self.engine.config.max_batch))
         missing = [b for b in runner.buckets if b <= top and (b, how) not in runner.graphs]
         if missing:

@@ -142,7 +142,7 @@ def breakdown(engine, prompts, new_tokens) -> dict:
     if "graph_step_ms" in res:
         res["host_and_gaps_ms"] = round(res["graph_step_ms"] - total, 3)
     res["top_kernels"] = [(n[:90], round(us / 1e3, 3)) for n, us in sorted(step.items(), key=lambda kv: -kv[1])[:12]]
-    for kind in ("greedy", "topk", "full"):
+    for kind in ("greedy", "temperature", "topk", "full"):
         ms = device_ms(lambda kind=kind: sampler.sample(logits, params, pos, kind, 64), 10)
         res[f"sampler_{kind}_ms"] = round(ms, 3)
     engine.abort()

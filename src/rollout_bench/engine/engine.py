@@ -182,7 +182,8 @@ class Engine:
             torch.tensor([s.top_p for s in seqs], dtype=torch.float32, device=dev),
             torch.tensor([s.min_p for s in seqs], dtype=torch.float32, device=dev),
             torch.tensor([s.seed for s in seqs], dtype=torch.long, device=dev))
-        how = sampler.mode([(s.temperature, s.top_k) for s in seqs], self.config.sampler_topk_cap, self.runner.vocab)
+        how = sampler.mode([(s.temperature, s.top_k, s.top_p, s.min_p) for s in seqs], self.config.sampler_topk_cap,
+                           self.runner.vocab)
         positions = torch.tensor([s.num_tokens for s in seqs], device=dev)
         out = []
         for i in range(0, len(seqs), 64):  # [rows, V] float32 temporaries: bound them

@@ -148,6 +148,9 @@ class ModelRunner:
         self.post = compiled(self.arch.post_attention, True) if compile_on else self.arch.post_attention
         self.attn_decode = compiled(decode_attention, False) if compile_on else dense_attention
         self.attn_prefill = compiled(prefill_attention, True) if compile_on else dense_attention
+        # eager, the hash's [B, V] int64 temporaries and the sorted path's full sort cost a 256-row step ~4 ms
+        self.sample_temperature = (compiled(sampler.sample_temperature, True) if compile_on
+                                   else sampler.sample_temperature)
         # A batch of 1 would make torch.compile specialise a second set of graphs (sizes 0 and 1
         # are special to it): compiled, bucket 1 runs as bucket 2 with one padding row.
         self.buckets = tuple(b for b in cfg.buckets if not (compile_on and b == 1 and cfg.max_batch > 1))
@@ -317,8 +320,11 @@ class ModelRunner:
             h = self.post(layer, h, o, w_gu, None if layer_inputs is None else layer_inputs[:, :, i])
         logits = lm_logits(self.lm, self.lm.model.norm(h[:, 0]))  # [b, V]
         params = sampler.Params(self.temp[:b], self.top_k[:b], self.top_p[:b], self.min_p[:b], self.seed[:b])
-        tok, lp = sampler.sample(logits, params, pos + 1, how, self.cfg.sampler_topk_cap,
-                                 self.cfg.logprobs == "processed")
+        if how == "temperature":
+            tok, lp = self.sample_temperature(logits, params.temperature, params.seed, pos + 1)
+        else:
+            tok, lp = sampler.sample(logits, params, pos + 1, how, self.cfg.sampler_topk_cap,
+                                     self.cfg.logprobs == "processed")
         col = self.step_i.expand(b, 1)
         self.out_tok[:b].scatter_(1, col, tok[:, None])
         self.out_lp[:b].scatter_(1, col, lp[:, None])
@@ -344,7 +350,8 @@ class ModelRunner:
         """`steps` decode steps for `seqs` (pages reserved, table synced) -> tokens, logprobs per row."""
         assert 1 <= steps <= self.cfg.max_chunk and seqs
         bucket = self.bucket(len(seqs))
-        how = sampler.mode([(s.temperature, s.top_k) for s in seqs], self.cfg.sampler_topk_cap, self.vocab)
+        how = sampler.mode([(s.temperature, s.top_k, s.top_p, s.min_p) for s in seqs], self.cfg.sampler_topk_cap,
+                           self.vocab)
         if self.graphs_on and (bucket, how) not in self.graphs:
             self.capture([bucket], how)
         elif self.per_bucket and not self.graphs_on:  # uncaptured steps read the options in use
@@ -364,9 +371,9 @@ class ModelRunner:
         """The graph bucket `rows` rows decode in: the smallest at least as large."""
         return next(b for b in self.buckets if b >= rows)
 
-    def mode(self, temperature: float, top_k: int) -> str:
+    def mode(self, temperature: float, top_k: int, top_p: float, min_p: float) -> str:
         """The sampling path (sampler.mode) of rows that all sample with these parameters."""
-        return sampler.mode([(temperature, top_k)], self.cfg.sampler_topk_cap, self.vocab)
+        return sampler.mode([(temperature, top_k, top_p, min_p)], self.cfg.sampler_topk_cap, self.vocab)
 
     @torch.no_grad()
     def capture(self, buckets, how: str) -> None:

@@ -49,12 +49,34 @@ class Params:
 
 
 def mode(rows, cap: int, vocab: int) -> str:
-    """'greedy' | 'topk' | 'full' for rows of (temperature, top_k): the cheapest exact path."""
-    if all(t == 0 for t, _ in rows):
+    """'greedy' | 'temperature' | 'topk' | 'full' for rows of (temperature, top_k, top_p, min_p): the cheapest
+    exact path. 'temperature': no row truncates (GRPO's sampling), so every token is a candidate and no sort is
+    needed."""
+    if all(t == 0 for t, *_ in rows):
         return "greedy"
-    if cap < vocab and all(0 < k <= cap for _, k in rows):
+    if all(k == 0 and p >= 1 and m == 0 for _, k, p, m in rows):
+        return "temperature"
+    if cap < vocab and all(0 < k <= cap for _, k, _, _ in rows):
         return "topk"
     return "full"
+
+
+def sample_temperature(logits: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor,
+                       positions: torch.Tensor):
+    """The 'temperature' path of `sample`: Gumbel-max over the whole vocabulary in token order. The uniforms are
+    keyed by token id, so a row draws the token the sorted path draws from the same logits, and the logprob is
+    the policy's (nothing is truncated, so 'processed' is the same number). Elementwise over [B, V] and two row
+    reductions: compiled, one pass over the logits (ModelRunner compiles it); eagerly, a dozen [B, V] int64
+    temporaries for the hash. Tensors only (no Params), as torch.compile takes them: temperature, seed [B]."""
+    greedy_row = temperature <= 0  # [B]
+    temp = torch.where(greedy_row, torch.ones_like(temperature), temperature)
+    scaled = logits / temp[:, None]  # [B, V]
+    lse = torch.logsumexp(scaled, -1)  # [B]
+    ids = torch.arange(scaled.shape[-1], device=scaled.device).expand_as(scaled)  # [B, V]
+    gumbel = -torch.log(-torch.log(uniform(seed, positions, ids)))  # [B, V]
+    tokens = (scaled + gumbel.masked_fill(greedy_row[:, None], 0.0)).argmax(-1)  # [B]
+    lp = scaled.gather(1, tokens[:, None])[:, 0] - lse
+    return tokens, lp
 
 
 def sample(logits: torch.Tensor, p: Params, positions: torch.Tensor, how: str, cap: int,
@@ -71,6 +93,8 @@ def sample(logits: torch.Tensor, p: Params, positions: torch.Tensor, how: str, c
         tokens = logits.argmax(-1)  # [B]
         lp = logits.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(logits, -1)
         return tokens, lp
+    if how == "temperature":
+        return sample_temperature(logits, p.temperature, p.seed, positions)
     greedy_row = p.temperature <= 0  # [B]
     temp = torch.where(greedy_row, torch.ones_like(p.temperature), p.temperature)
     scaled = logits / temp[:, None]  # [B, V]
