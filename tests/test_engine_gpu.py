@@ -54,10 +54,10 @@ def test_graphs_greedy_match_hf(model, split_kv):
 @pytest.mark.parametrize("sampling", [Sampling(temperature=0.1, top_p=0.97, top_k=5, min_p=0.5, seed=3),
                                       Sampling(temperature=1.0, seed=3)], ids=["topk", "temperature"])
 def test_graphs_sampling_equals_uncompiled(model, sampling):
-    """Each sampling path in the captured graphs (the 'temperature' one compiled) draws the uncompiled path's
-    tokens."""
+    """Each sampling path in the captured graphs (the 'temperature' one compiled, option sampler_temperature_path)
+    draws the uncompiled sorted path's tokens."""
     ps = prompts(6, seed=2)
-    fast = Engine(model, config()).generate(ps, sampling, 20, n=4, ignore_eos=True)
+    fast = Engine(model, config(sampler_temperature_path=True)).generate(ps, sampling, 20, n=4, ignore_eos=True)
     slow = Engine(model, config(cuda_graphs=False, compile=False, num_pages=80, max_batch=24)).generate(
         ps, sampling, 20, n=4, ignore_eos=True)
     assert [o.token_ids for o in fast] == [o.token_ids for o in slow]
@@ -167,7 +167,7 @@ def test_a_cells_sampling_path_is_captured_before_its_rounds(model):
     from rollout_bench.backends import flex
     from rollout_bench.core.workload import GenSpec
 
-    engine = Engine(model, config(capture_all=True))
+    engine = Engine(model, config(capture_all=True, sampler_temperature_path=True))
     spec = GenSpec(model_dir="-", adapter_dir=None, variant="graphs", batch_size=8, max_new_tokens=8,
                    sampling=Sampling(temperature=1.0), ignore_eos=True, eos_token_id=0, pad_token_id=0,
                    max_prompt_tokens=60, device="cuda", dtype="float32")

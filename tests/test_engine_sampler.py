@@ -33,6 +33,7 @@ def test_greedy_and_logprob():
 def test_mode_choice():
     assert sampler.mode([(0.0, 0, 1.0, 0.0), (0.0, 5, 0.9, 0.0)], 64, 1000) == "greedy"
     assert sampler.mode([(1.0, 0, 1.0, 0.0), (0.0, 0, 1.0, 0.0)], 64, 1000) == "temperature"  # GRPO's sampling
+    assert sampler.mode([(1.0, 0, 1.0, 0.0)], 64, 1000, temperature_path=False) == "full"  # the engine's default
     assert sampler.mode([(0.1, 5, 1.0, 0.0), (1.0, 64, 1.0, 0.0)], 64, 1000) == "topk"
     assert sampler.mode([(0.1, 5, 1.0, 0.0), (1.0, 0, 1.0, 0.0)], 64, 1000) == "full"
     assert sampler.mode([(1.0, 0, 0.95, 0.0)], 64, 1000) == "full"  # top-p truncates: sorted
@@ -273,3 +274,24 @@ def test_top_p_draws_once_filtered_and_a_second_pass_is_seen():
         assert _matches(tok, expected, n), how
         tok, _ = _top_p_twice(sample)(logits, p, pos, how, 64)
         assert not _matches(tok, expected, n) and set(tok.tolist()) == {0}, how
+
+
+def test_an_engine_on_the_temperature_path_generates_what_the_sorted_path_does():
+    """End to end on CPU (eager): option sampler_temperature_path changes the work a step does, not its draws."""
+    from rollout_bench.core.workload import Sampling
+    from rollout_bench.diagnostics import random_model
+    from rollout_bench.engine import Engine, EngineConfig
+
+    model = random_model.build("qwen3-tiny", seed=0)
+    g = torch.Generator().manual_seed(4)
+    ps = [torch.randint(0, 4096, (n,), generator=g).tolist() for n in (5, 17, 33)]
+
+    def run(on: bool):
+        cfg = EngineConfig(max_batch=8, max_seq_len=96, page_size=16, num_pages=40, sampler_temperature_path=on)
+        engine = Engine(model, cfg)
+        outs = engine.generate(ps, Sampling(temperature=1.0, seed=5), 12, n=2, ignore_eos=True)
+        return [o.token_ids for o in outs], torch.tensor([o.logprobs for o in outs])
+
+    (fast, fast_lp), (sorted_, sorted_lp) = run(True), run(False)
+    assert fast == sorted_ and len({t for o in fast for t in o}) > 20
+    torch.testing.assert_close(fast_lp, sorted_lp)

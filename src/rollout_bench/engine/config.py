@@ -44,6 +44,10 @@ class EngineConfig:
     decode_kernel_options_by_batch: dict = field(default_factory=dict)
     prefill_kernel_options: dict = field(default_factory=dict)
     sampler_topk_cap: int = 64  # when every request has 0 < top_k <= cap, sample from torch.topk(cap)
+    # rows that truncate nothing (GRPO's sampling) sample without a sort, compiled in the decode graphs
+    # (sampler.sample_temperature; the same draws as the sorted path on CPU). Off until a device run has checked the
+    # compiled path: the 2026-12-06 session's device budget ran out before its GPU tests and headline run
+    sampler_temperature_path: bool = False
     # sampled tokens' logprobs: "policy" = log_softmax(z / T), the trainer's quantity; "processed" =
     # renormalised over what top-k/top-p/min-p kept, as vLLM returns them to TRL (sampler.sample)
     logprobs: str = "policy"

@@ -183,7 +183,7 @@ class Engine:
             torch.tensor([s.min_p for s in seqs], dtype=torch.float32, device=dev),
             torch.tensor([s.seed for s in seqs], dtype=torch.long, device=dev))
         how = sampler.mode([(s.temperature, s.top_k, s.top_p, s.min_p) for s in seqs], self.config.sampler_topk_cap,
-                           self.runner.vocab)
+                           self.runner.vocab, self.config.sampler_temperature_path)
         positions = torch.tensor([s.num_tokens for s in seqs], device=dev)
         out = []
         for i in range(0, len(seqs), 64):  # [rows, V] float32 temporaries: bound them

@@ -351,7 +351,7 @@ class ModelRunner:
         assert 1 <= steps <= self.cfg.max_chunk and seqs
         bucket = self.bucket(len(seqs))
         how = sampler.mode([(s.temperature, s.top_k, s.top_p, s.min_p) for s in seqs], self.cfg.sampler_topk_cap,
-                           self.vocab)
+                           self.vocab, self.cfg.sampler_temperature_path)
         if self.graphs_on and (bucket, how) not in self.graphs:
             self.capture([bucket], how)
         elif self.per_bucket and not self.graphs_on:  # uncaptured steps read the options in use
@@ -373,7 +373,8 @@ class ModelRunner:
 
     def mode(self, temperature: float, top_k: int, top_p: float, min_p: float) -> str:
         """The sampling path (sampler.mode) of rows that all sample with these parameters."""
-        return sampler.mode([(temperature, top_k, top_p, min_p)], self.cfg.sampler_topk_cap, self.vocab)
+        return sampler.mode([(temperature, top_k, top_p, min_p)], self.cfg.sampler_topk_cap, self.vocab,
+                            self.cfg.sampler_temperature_path)
 
     @torch.no_grad()
     def capture(self, buckets, how: str) -> None:

@@ -48,13 +48,13 @@ class Params:
     seed: torch.Tensor  # int64 < 2**32
 
 
-def mode(rows, cap: int, vocab: int) -> str:
+def mode(rows, cap: int, vocab: int, temperature_path: bool = True) -> str:
     """'greedy' | 'temperature' | 'topk' | 'full' for rows of (temperature, top_k, top_p, min_p): the cheapest
-    exact path. 'temperature': no row truncates (GRPO's sampling), so every token is a candidate and no sort is
-    needed."""
+    exact path. 'temperature' (where `temperature_path`): no row truncates (GRPO's sampling), so every token is a
+    candidate and no sort is needed."""
     if all(t == 0 for t, *_ in rows):
         return "greedy"
-    if all(k == 0 and p >= 1 and m == 0 for _, k, p, m in rows):
+    if temperature_path and all(k == 0 and p >= 1 and m == 0 for _, k, p, m in rows):
         return "temperature"
     if cap < vocab and all(0 < k <= cap for _, k, _, _ in rows):
         return "topk"
