@@ -1,6 +1,13 @@
 #!/bin/bash
 # poll.sh SECONDS [MARK]: wait up to SECONDS for MARK (default DONE) in the plan's log, then show where things
 # stand and pack: the machine goes back soon after a call returns, and a budget that runs out keeps the last pack.
+# A machine with no plan log is a fresh one: the one that ran the plan went back (idle past the device's release
+# time between two calls) and its work is gone. Say so at once instead of waiting out SECONDS of device time on it
+# (2026-12-06: 780 s of a 1,800 s budget went to polls of two such machines).
+if [ ! -f /tmp/bg.log ]; then
+  echo "NO PLAN HERE: this machine is a fresh one (the last went back, its work lost); relaunch or give_back"
+  exit 3
+fi
 end=$((SECONDS + ${1:-60}))
 while [ $SECONDS -lt $end ] && ! grep -q "${2:-DONE}" /tmp/bg.log 2>/dev/null; do sleep 5; done
 cat /tmp/bg.log; tail -3 /tmp/smoke.log 2>/dev/null; tail -2 /tmp/pytest_gpu.log 2>/dev/null
