@@ -25,15 +25,14 @@ def test_enabled_on_hopper_and_blackwell(setting, major):
     assert opts == {"PRESCALE_QK": True, "BACKEND": "FLASH"} and q_block == fa4.FA4_Q_BLOCK and not warned
 
 
-def test_explicit_on_unsupported_gpu_warns_and_falls_back():
-    opts, q_block, warned = resolve("on", 8)
-    assert "BACKEND" not in opts and q_block == fa4.TRITON_Q_BLOCK
-    assert warned and "falling back" in str(warned[0].message)
-
-
-def test_explicit_on_without_package_warns_and_falls_back():
-    opts, _, warned = resolve("on", 9, importable=False)
-    assert "BACKEND" not in opts and warned and "flash-attn-4" in str(warned[0].message)
+@pytest.mark.parametrize("major, importable, cuda, why", [
+    (8, True, True, "compute capability 8.0 < 9.0"), (9, False, True, "flash-attn-4 is not installed"),
+    (9, True, False, "no CUDA device")])
+def test_explicit_on_that_cannot_run_fa4_raises_with_the_reason(major, importable, cuda, why):
+    """'on' asks that FA4 be measured: a silent (or warned) Triton prefill would be timed under its name."""
+    with pytest.raises(fa4.Unavailable, match=why) as e:
+        resolve("on", major, importable, cuda)
+    assert why in e.value.why and "fa4_prefill" in str(e.value) and "'auto'" in str(e.value)
 
 
 @pytest.mark.parametrize("major, importable, cuda", [(8, True, True), (9, False, True), (9, True, False)])
@@ -50,3 +49,5 @@ def test_off_stays_off_on_supported_gpu():
 def test_cpu_device_never_uses_fa4():
     assert fa4.unsupported("cpu") == "no CUDA device"
     assert not fa4.use_fa4("auto", "cpu")
+    with pytest.raises(fa4.Unavailable, match="no CUDA device"):
+        fa4.use_fa4("on", "cpu")

@@ -261,10 +261,13 @@ def test_sliding_prefill_block_mask_covers_the_window():
 def test_fa4_refuses_head_dim_512_and_the_reason_is_recorded(setting, model):
     with mock.patch.object(torch.cuda, "is_available", return_value=True), \
             mock.patch.object(torch.cuda, "get_device_capability", return_value=(9, 0)), \
-            mock.patch.object(fa4, "importable", return_value=True), \
-            pytest.warns(RuntimeWarning, match="head_dim 512") if setting == "on" else mock.MagicMock():
-        opts, q_block = fa4.prefill_options(setting, "cuda", {}, head_dims=[256, 512])
-        assert "BACKEND" not in opts and q_block == fa4.TRITON_Q_BLOCK
+            mock.patch.object(fa4, "importable", return_value=True):
+        if setting == "on":
+            with pytest.raises(fa4.Unavailable, match="head_dim 512"):
+                fa4.prefill_options(setting, "cuda", {}, head_dims=[256, 512])
+        else:
+            opts, q_block = fa4.prefill_options(setting, "cuda", {}, head_dims=[256, 512])
+            assert "BACKEND" not in opts and q_block == fa4.TRITON_Q_BLOCK
         assert fa4.why_not(setting, "cuda", [256, 512]) == "head_dim 512 > 256 (FA4's largest)"
         assert fa4.why_not(setting, "cuda", [256]) is None
     from rollout_bench.backends import flex

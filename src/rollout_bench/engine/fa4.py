@@ -1,10 +1,10 @@
 """Capability guard for the FlashAttention-4 prefill backend of flex_attention (BACKEND='FLASH').
 
 FA4 is CuTeDSL code for Hopper and Blackwell (compute capability >= 9) shipped by flash-attn-4.
-'auto' uses it where it can and falls back silently; 'on' falls back with a warning; 'off' never.
+'auto' uses it where it can and falls back to flex's Triton kernel (the stats say why); 'on' raises
+`Unavailable` where it cannot (a measurement asked of FA4 must not time Triton); 'off' never.
 """
 import importlib.util
-import warnings
 
 import torch
 
@@ -46,16 +46,22 @@ def why_not(setting: str, device, head_dims=()) -> str | None:
     return "fa4_prefill='off'" if setting == "off" else unsupported(device, head_dims)
 
 
+class Unavailable(RuntimeError):
+    """fa4_prefill='on' where FA4 cannot run; `why` is the guard's reason."""
+
+    def __init__(self, why: str):
+        self.why = why
+        super().__init__(f"fa4_prefill='on' but FA4 cannot run the prefill: {why}; run where it can (a Hopper or "
+                         f"Blackwell GPU with flash-attn-4, envs/fa4.yaml) or set the flex option fa4_prefill to "
+                         f"'auto' (flex's Triton prefill where FA4 cannot run, the stats say why) or 'off'")
+
+
 def use_fa4(setting: str, device, head_dims=()) -> bool:
+    """Whether FA4 runs the prefill; raises Unavailable for 'on' where it cannot."""
     why = why_not(setting, device, head_dims)
-    if why is None:
-        return True
-    if setting == "off":
-        return False
-    if setting == "on":
-        warnings.warn(f"fa4_prefill='on' but {why}; falling back to the Triton flex_attention prefill",
-                      RuntimeWarning, stacklevel=2)
-    return False
+    if why is not None and setting == "on":
+        raise Unavailable(why)
+    return why is None
 
 
 def prefill_options(setting: str, device, options: dict, head_dims=()) -> tuple[dict, int]:
