@@ -65,6 +65,35 @@ def test_prompt_selection_window_and_determinism(tiny_assets):
     assert [tuple(p) for p in whole[0][26:34]] == [tuple(p) for p in later[0][0]]
 
 
+def test_long_prompts_reach_their_window_and_open_apart(tiny_assets):
+    """The prefill case's prompts: built from the dataset's rows to lengths drawn from the window, deterministic,
+    none sent twice, and no two sharing a prefix beyond the template and the dataset's instruction (a prefix cache
+    must not make one prompt's prefill free for another)."""
+    from rollout_bench.assets import chat
+    from rollout_bench.assets import dataset as dataset_assets
+
+    tok = prompts.load_tokenizer(tiny_assets["model"])
+    wl = {"prompt_tokens": [1024, 3072], "n_prompts": 6, "rounds": 2, "shuffle_seed": 3407, "warmup_prompts": 2,
+          "long_prompts": True}
+    rounds, warm = prompts.select(tok, wl, tiny_assets["dataset"])
+    assert (rounds, warm) == prompts.select(tok, wl, tiny_assets["dataset"])
+    sent = sum(rounds, warm)
+    assert len(sent) == 14 and all(1024 <= len(p) <= 3072 for p in sent)
+    assert max(map(len, sent)) - min(map(len, sent)) > 500  # lengths drawn over the window, not one length
+
+    def common(a, b):
+        return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    shared = len(prompts.encode(tok, dataset_assets.INSTRUCTION))  # the template's and instruction's tokens
+    assert max(common(a, b) for i, a in enumerate(sent) for b in sent[i + 1:]) < shared + 16
+    text = prompts.decode(tok, sent[0])
+    assert text.count("Answer: ") >= 5 and chat.SYSTEM_PROMPT in text  # worked examples, then a question
+    later, _ = prompts.select(tok, {**wl, "prompt_offset": 14, "rounds": 1}, tiny_assets["dataset"])
+    assert not {tuple(p) for p in later[0]} & {tuple(p) for p in sent}  # a later cell's are its own
+    with pytest.raises(ValueError, match="widen it"):  # narrower than one worked example
+        prompts.select(tok, {**wl, "prompt_tokens": [1500, 1501]}, tiny_assets["dataset"])
+
+
 def test_model_dir_loads_with_normal_loader_and_is_seeded(tiny_assets, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -109,7 +138,7 @@ def test_every_shipped_profile_job_gets_prompts_of_its_own_per_round(tmp_path):
         for j in jobs.gen_jobs(cfg):
             wl = jobs.job_workload(cfg, j.model, j.backend, j.case, j.batch_size)
             if wl["dataset"] == "synthetic":
-                key = (tuple(wl["prompt_tokens"]), wl["shuffle_seed"])
+                key = (tuple(wl["prompt_tokens"]), wl["shuffle_seed"], wl.get("long_prompts", False))
                 need[key] = max(need.get(key, 0), wl["n_prompts"] * wl["rounds"] + wl["warmup_prompts"])
         vocab, n, seed = cfg["tokenizer"]["vocab_size"], cfg["dataset"]["n_problems"], cfg["dataset"]["seed"]
         if (vocab, n, seed) not in built:
@@ -118,9 +147,9 @@ def test_every_shipped_profile_job_gets_prompts_of_its_own_per_round(tmp_path):
             dataset.build(d / "dataset", n, seed)
             built[(vocab, n, seed)] = (prompts.load_tokenizer(str(d / "tokenizer")), str(d / "dataset"))
         tok, ds = built[(vocab, n, seed)]
-        for (window, shuffle), k in need.items():
+        for (window, shuffle, long), k in need.items():
             wl = {"prompt_tokens": list(window), "n_prompts": k, "rounds": 1, "warmup_prompts": 0,
-                  "shuffle_seed": shuffle}
+                  "shuffle_seed": shuffle, "long_prompts": long}
             assert len(prompts.select(tok, wl, ds)[0][0]) == k, (profile, window, k)
         if profile == "gpu":
             assert max(need.values()) == 256 * 5 + 16

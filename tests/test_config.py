@@ -42,12 +42,14 @@ def test_default_resolves_to_cpu_tiny(raw):
 def test_gpu_profile_is_the_qwen3_4b_workload(raw):
     cfg = resolve_with(raw, profile="gpu")
     assert cfg["models"] == ["qwen3-4b", "llama-3.2-3b", "gemma-4-e2b"]
-    # the other two families run greedy and LoRA at B = 64 and the sweep; the rest is the 4B's alone
+    # the other two families run greedy and LoRA at B = 64 and the sweep (Llama the prefill case too); the rest is
+    # the 4B's alone
     cases = {}
     for j in jobs.gen_jobs(cfg):
         cases.setdefault(j.model, set()).add(j.case)
-    assert cases["llama-3.2-3b"] == cases["gemma-4-e2b"] == {"greedy", "lora", "sweep"}
-    assert cases["qwen3-4b"] == {"greedy", "lora", "sweep", "lora_sweep", "lora_eqv", "grpo_group"}
+    assert cases["llama-3.2-3b"] == {"greedy", "lora", "sweep", "prefill"}  # and the 4B: FA4's shapes
+    assert cases["gemma-4-e2b"] == {"greedy", "lora", "sweep"}
+    assert cases["qwen3-4b"] == {"greedy", "lora", "sweep", "lora_sweep", "lora_eqv", "grpo_group", "prefill"}
     # the 4B's LoRA sweep: flex against vLLM at every batch the plain sweep runs, with the shared adapter
     lora_sweep = {(j.backend, j.batch_size) for j in jobs.gen_jobs(cfg) if j.case == "lora_sweep"}
     assert lora_sweep == {(b, n) for b in ("flex", "vllm") for n in (8, 16, 32, 128, 256)}
@@ -481,3 +483,26 @@ def test_a_trace_case_must_ignore_eos_and_an_unknown_options_backend_is_refused(
         resolve_with(raw, profiles__cpu__workload__cases={"t": {"batch_sizes": [4], "trace": "nope"}})
     with pytest.raises(ConfigError, match=r"options\.flexx: unknown backend \(allowed: hf_generate"):
         resolve_with(raw, options={"flexx": {"a": 1}})
+
+
+def test_the_prefill_case_is_a_job_of_its_own_with_long_prompts(raw):
+    """gpu: the prefill-heavy case (2k-8k-token prompts, 64 greedy tokens, B = 8 and 64) on flex, vLLM and
+    transformers_cb, in jobs of their own, so that no other case's engine is sized for 8k-token rows; its prompts are
+    a pool of their own (no offset after the short cases'). The other cases' jobs and workloads are as before."""
+    cfg = config.resolve({**raw, "profile": "gpu"})
+    groups = {g.key: g for g in jobs.gen_groups(cfg)}
+    own = {k: g for k, g in groups.items() if g.own_case}
+    assert set(own) == {f"{m}/{b}/base-prefill" for m in ("qwen3-4b", "llama-3.2-3b")
+                        for b in ("flex/graphs", "vllm/default", "transformers_cb/paged_sdpa")}
+    g = own["qwen3-4b/flex/graphs/base-prefill"]
+    assert g.record == "results/generate/qwen3-4b/flex/graphs/job-base-prefill.json"
+    assert [(c.case, c.batch_size) for c in g.cells] == [("prefill", 8), ("prefill", 64)]
+    assert all(c.case != "prefill" for k, g in groups.items() if k not in own for c in g.cells)
+    wl = jobs.job_workload(cfg, "qwen3-4b", "vllm", "prefill", 64)
+    assert wl["long_prompts"] and wl["prompt_tokens"] == [2048, 8192] and wl["max_new_tokens"] == 64
+    assert wl["ignore_eos"] and wl["sampling_preset"] == "greedy" and wl["prompt_offset"] == 8 * 5 + 8
+    assert "long_prompts" not in jobs.job_workload(cfg, "qwen3-4b", "vllm", "greedy", 64)
+    smoke = config.resolve({**raw, "profile": "smoke"})
+    keys = {g.key for g in jobs.gen_groups(smoke) if g.own_case}
+    assert keys == {f"qwen3-tiny/{b}/base-prefill" for b in ("flex/graphs", "vllm/default", "transformers_cb/paged_sdpa")}
+    assert not any(g.own_case for g in jobs.gen_groups(config.resolve(raw)))  # the cpu default is unchanged

@@ -35,13 +35,19 @@ class _Pool:
         return self.kept[:k]
 
 
-_POOLS: dict[tuple, _Pool] = {}
+_POOLS: dict[tuple, object] = {}
 
 
-def _pool(tok, dataset_dir: str, seed: int, lo: int, hi: int) -> _Pool:
-    key = (id(tok), str(dataset_dir), seed, lo, hi)
+def _pool(tok, dataset_dir: str, seed: int, lo: int, hi: int, long: bool = False):
+    """The dataset's prompts in the window, or (long) prompts built from its rows to lengths in it (long_prompts)."""
+    key = (id(tok), str(dataset_dir), seed, lo, hi, long)
     if key not in _POOLS:
-        _POOLS[key] = _Pool(tok, dataset_dir, seed, lo, hi)
+        if long:
+            from . import long_prompts
+
+            _POOLS[key] = long_prompts.pool(tok, dataset_dir, seed, lo, hi)
+        else:
+            _POOLS[key] = _Pool(tok, dataset_dir, seed, lo, hi)
     return _POOLS[key]
 
 
@@ -51,12 +57,14 @@ def select(tok, workload: dict, dataset_dir: str, sets: int | None = None):
     for `rounds` rounds, then the warm-up's. No prompt is sent twice: an engine that caches prefixes across calls
     (vLLM's prefix caching, transformers' block sharing, both on by default) would otherwise skip the prefill of
     every round after the first, which a GRPO step, whose prompts are new, does not get to do.
-    With `sets`: that many sets of rounds, each its own prompts (a cell measured again), as a list of them."""
+    With `sets`: that many sets of rounds, each its own prompts (a cell measured again), as a list of them.
+    workload.long_prompts: prompts built to lengths in the window from the dataset's rows (long_prompts.py)."""
     lo, hi = workload["prompt_tokens"]
     n, rounds, n_warm = workload["n_prompts"], workload["rounds"], workload["warmup_prompts"]
     skip = workload.get("prompt_offset", 0)
     need = n * rounds * (sets or 1) + n_warm
-    eligible = _pool(tok, dataset_dir, workload["shuffle_seed"], lo, hi).first(skip + need)
+    long = workload.get("long_prompts", False)
+    eligible = _pool(tok, dataset_dir, workload["shuffle_seed"], lo, hi, long).first(skip + need)
     picked, seen = eligible[skip:], len(eligible)
     if len(picked) < need:
         job = f"case {workload['case']!r} at batch size {workload['batch_size']}" if "case" in workload else "the job"

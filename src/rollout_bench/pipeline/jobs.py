@@ -100,25 +100,32 @@ def decode_profile_paths(cfg: dict) -> list[str]:
 @dataclass(frozen=True)
 class GenGroup:
     """One generation job: the cells (GenJob) of one (model, backend, variant, LoRA on or off), served in order by
-    one process and one engine (generation.run_group), each cell writing its own stats file."""
+    one process and one engine (generation.run_group), each cell writing its own stats file. A case with `own_job`
+    has a job of its own (`own_case`): an engine is sized for its job's largest batch and longest sequence, and
+    8k-token prompts beside B = 256 would size the other cases' engine (flex: a KV slot of 8k for each of 256 rows)."""
     model: str
     backend: str
     variant: str
     lora: bool
     cells: tuple[GenJob, ...]
+    own_case: str | None = None
 
     @property
     def model_slug(self) -> str:
         return model_slug(self.model)
 
     @property
+    def name(self) -> str:
+        return ("lora" if self.lora else "base") + (f"-{self.own_case}" if self.own_case else "")
+
+    @property
     def key(self) -> str:
-        return f"{self.model_slug}/{self.backend}/{self.variant}/{'lora' if self.lora else 'base'}"
+        return f"{self.model_slug}/{self.backend}/{self.variant}/{self.name}"
 
     @property
     def record(self) -> str:
         """The job's own record: its cells, each one's set-up and timed seconds, the process's wall."""
-        return f"results/generate/{self.model_slug}/{self.backend}/{self.variant}/job-{'lora' if self.lora else 'base'}.json"
+        return f"results/generate/{self.model_slug}/{self.backend}/{self.variant}/job-{self.name}.json"
 
     @property
     def rule_name(self) -> str:
@@ -130,9 +137,10 @@ def gen_groups(cfg: dict) -> list[GenGroup]:
     (cases as listed, then their batch sizes), the same for every backend."""
     groups: dict[tuple, list[GenJob]] = {}
     for j in gen_jobs(cfg):
-        lora = cfg["workload"]["cases"][j.case]["lora"]
-        groups.setdefault((j.model, j.backend, j.variant, lora), []).append(j)
-    out = [GenGroup(*k, cells=tuple(v)) for k, v in groups.items()]
+        case = cfg["workload"]["cases"][j.case]
+        own = j.case if case.get("own_job") else None
+        groups.setdefault((j.model, j.backend, j.variant, case["lora"], own), []).append(j)
+    out = [GenGroup(m, b, v, lora, cells=tuple(cells), own_case=own) for (m, b, v, lora, own), cells in groups.items()]
     names = [g.rule_name for g in out]
     assert len(set(names)) == len(names), f"two generation jobs share a rule name: {names}"
     return out
@@ -142,7 +150,7 @@ def _prompt_family(cfg: dict, case: dict) -> tuple:
     """Cells whose prompts an engine could have cached from one another: one model, LoRA or not, one prompt pool."""
     wl = cfg["workload"]
     return (case["lora"], case.get("dataset", cfg["dataset"]["source"]),
-            tuple(case.get("prompt_tokens", wl["prompt_tokens"])))
+            tuple(case.get("prompt_tokens", wl["prompt_tokens"])), case.get("long_prompts", False))
 
 
 def prompts_needed(cfg: dict, case_name: str, batch_size: int) -> tuple[int, int, int]:
@@ -209,6 +217,8 @@ def job_workload(cfg: dict, model: str, backend: str, case_name: str, batch_size
         "batch_size": batch_size,
         "n_prompts": n_prompts,
         "prompt_tokens": case.get("prompt_tokens", wl["prompt_tokens"]),
+        # only where on: the other cases' workloads (a param of their jobs) stay as they were
+        **({"long_prompts": True} if case.get("long_prompts") else {}),
         "prompt_offset": prompt_offset(cfg, model, case_name, batch_size),
         "shuffle_seed": wl["shuffle_seed"],
         "chat_template": wl["chat_template"],
