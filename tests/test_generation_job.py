@@ -146,7 +146,8 @@ def test_a_trace_gives_every_engine_the_same_budgets(tiny_assets, tmp_path, monk
     assert [r["budgets"] for r in f["rounds"]] == [r["budgets"] for r in v["rounds"]]
     # the warm-up (one prompt x 2), then the two rounds (2 prompts x 2), each its own draw
     want = [trace.lengths(traced["trace"], k, 11, d) for k, d in ((2, 0), (4, 1), (4, 2))]
-    assert asked == want and len(set(map(tuple, want))) == 3  # each round its own draw
+    assert asked[:3] == want and len(set(map(tuple, want))) == 3  # each round its own draw
+    assert asked[3:] == [[1] * 2, [1] * 4]  # then the prefill probe's one-token calls (warm-up, last round)
     assert f["n_decoded_tokens"] == round((sum(want[1]) + sum(want[2])) / 2)  # flex decoded exactly those
     assert f["completions"]["completion_tokens"]["max"] == max(want[2])
 
@@ -326,3 +327,50 @@ def test_a_stale_page_table_fails_a_sampled_bfloat16_cell(tiny_assets, tmp_path,
     (bad,) = _flex_job(tmp_path / "bad", tiny_assets, spec)
     assert bad["status"] == "failed" and "has a logprob" in bad["reason"]
     assert bad["round_gate"]["max_logprob_error"] > bad["round_gate"]["logprob_tol"] > good["round_gate"]["max_logprob_error"]
+
+
+def test_fa4_prefill_on_that_cannot_run_fails_the_job_with_the_guards_reason(tiny_assets, tmp_path):
+    """A flex job asked for FA4 (option fa4_prefill 'on') where it cannot run (here: no CUDA device) times no Triton
+    prefill under FA4's name: every cell ends `failed`, the guard's reason in its stats."""
+    cs = cells(tmp_path, tiny_assets["dataset"], ("prefill", 2, {"options": {"fa4_prefill": "on"}}),
+               ("prefill", 4, {"options": {"fa4_prefill": "on"}}))
+    generation_job.run_group(backend="flex", variant="eager", model="qwen3-tiny", cells=cs,
+                             model_dir=tiny_assets["model"], adapter_dir=None, out=str(tmp_path / "job.json"))
+    for c in cs:
+        rec = stats.load(c.out)
+        assert rec["status"] == "failed" and "decode_tps" not in rec
+        assert "fa4_prefill='on'" in rec["reason"] and "no CUDA device" in rec["reason"]
+        assert rec["prefill_kernel"] == {"kernel": None, "reason": "no CUDA device"}
+
+
+@pytest.mark.parametrize("backend, variant, kernel, engine_tps", [
+    ("flex", "eager", "flex-triton", True), ("hf_generate", "default", "sdpa", False),
+    ("transformers_cb", "paged_sdpa", "paged|sdpa", False)])
+def test_every_cell_says_what_ran_its_prefill_and_how_fast(tiny_assets, tmp_path, backend, variant, kernel,
+                                                           engine_tps):
+    """prefill_kernel: FA4, flex's Triton kernel or the backend's own, and why not FA4; prefill: prompt tokens a
+    second of a one-token call on the last round's prompts (flex: also its own prefill passes' rate)."""
+    (c,) = cells(tmp_path, tiny_assets["dataset"], ("prefill", 2, {}))
+    generation_job.run_group(backend=backend, variant=variant, model="qwen3-tiny", cells=[c],
+                             model_dir=tiny_assets["model"], adapter_dir=None, out=str(tmp_path / "job.json"))
+    rec = stats.load(c.out)
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["prefill_kernel"]["kernel"] == kernel and rec["prefill_kernel"]["reason"]
+    if backend == "flex":
+        assert rec["prefill_kernel"]["reason"] == "no CUDA device"
+    p = rec["prefill"]
+    assert p["reason"] is None and p["tps"] > 0 and p["prompts"] == 2
+    assert p["tokens"] == rec["rounds"][-1]["prompt_tokens"]  # the last round's prompts, at their lengths
+    assert ("engine_tps" in p) == engine_tps
+    assert rec["round_gate" if backend == "flex" else "status"]  # the probe ran after the round gate read its round
+    if backend == "flex":
+        assert rec["round_gate"]["passed"] and rec["engine"]["last_round"]["decode_steps"] > 0
+
+
+def test_a_backend_without_a_one_token_call_records_no_prefill_figure_and_why():
+    from rollout_bench.backends import hf_static
+    from rollout_bench.generation import prefill
+
+    got = prefill.probe(None, hf_static, "hf_static", None, [[1, 2]], [], lambda: None)
+    assert got["tps"] is None and "one-token budget" in got["reason"]
+    assert prefill.uncached([[5, 6, 7], [0, 9]], (0, 1)) == [[0, 6, 7], [1, 9]]

@@ -63,3 +63,28 @@ def test_the_speed_table_shows_decode_bandwidth_where_the_engine_counts_its_byte
     assert "| flex | graphs | 64 | 1,500 | 1,500 | 150.0 | 3,120 (73%) | 10.00 |" in md
     assert "| flex | eager | 8 | 150 | 150 |  | 12 | 10.00 |" in md
     assert "| vllm | default | 64 | 1,000 | 1,000 | 100.0 |  | 10.00 |" in md
+
+
+def test_a_prefill_heavy_case_shows_the_prefill_rate_and_kernel():
+    """The long-prompt case: each engine's prefill-only rate (or why none) and what ran its prefill, FA4's guard
+    reason where flex fell back to its Triton kernel; other cases' sections keep their columns."""
+    long = {"ignore_eos": True, "long_prompts": True, "prompt_tokens_mean": 5120.0, "median_wall_s": 1.5}
+    df = pd.DataFrame([
+        {**row("flex", "prefill", 8, 300.0), **long, "prefill_tps": 90000.0, "prefill_engine_tps": 120000.0,
+         "prefill_kernel": "fa4", "prefill_kernel_reason": None},
+        {**row("flex", "prefill", 64, 900.0, variant="graphs"), **long, "prefill_tps": 80000.0,
+         "prefill_engine_tps": 95000.0, "prefill_kernel": "flex-triton", "prefill_kernel_reason": "no CUDA device"},
+        {**row("vllm", "prefill", 8, 280.0), **long, "prefill_tps": 85000.0, "prefill_kernel": "FLASH_ATTN",
+         "prefill_kernel_reason": "vLLM runs the attention backend it picks itself"},
+        {**row("hf_static", "prefill", 8, 100.0), **long, "prefill_tps": None,
+         "prefill_reason": "no one-token call", "prefill_kernel": "sdpa", "prefill_kernel_reason": "x"},
+        {**row("flex", "greedy", 8, 300.0), "ignore_eos": True, "long_prompts": False, "prefill_kernel": "fa4"},
+    ])
+    md = render.generation_table(df, "vllm")
+    assert "### m — prefill (prefill-heavy: long prompts;" in md
+    assert "| flex | default | 8 | 5,120 | 1.500 | 300 | 107.1 | 90,000 | 120,000 | fa4 | 10.00 | ok |" in md
+    assert "| flex | graphs | 64 | 5,120 | 1.500 | 900 |  | 80,000 | 95,000 | flex-triton (no CUDA device) |" in md
+    assert "| vllm | default | 8 | 5,120 | 1.500 | 280 | 100.0 | 85,000 | — | FLASH_ATTN | 10.00 | ok |" in md
+    assert "| — (no one-token call) | — | sdpa |" in md
+    greedy = md[md.index("### m — greedy"):].split("\n\n")[1]
+    assert "prefill" not in greedy  # the other cases' tables keep their columns

@@ -99,6 +99,11 @@ class Generator:
     def memory(self):
         return {"reserved": self.engine.memory()["reserved"]}
 
+    def prefill_kernel(self) -> dict:
+        """FA4 (flex_attention BACKEND='FLASH') or flex's Triton kernel, and the guard's reason (fa4.why_not)."""
+        why = self.engine.runner.fa4_reason
+        return {"kernel": "fa4" if why is None else "flex-triton", "reason": why}
+
     def info(self):
         """The engine's own memory split and the knobs that decide its speed."""
         mem, cfg, runner = self.engine.memory(), self.engine.config, self.engine.runner

@@ -5,6 +5,7 @@ REQUIRES = ("torch", "transformers", "peft")
 NEEDS_GPU = False
 VARIANTS = ("default",)
 RETARGET = True  # one generator serves a job's cells (retarget), built once
+ONE_BUDGET_CALL = True  # generate(prompts, n, max_new_tokens=[m] * rows): the prefill probe's one-token call
 
 
 def unavailable(variant, gpu_count):

@@ -1,5 +1,7 @@
 """Shared by the HF-based backends: load the model dir (+ PEFT adapter, unmerged), and a batched,
 left-padded `model.generate` driver."""
+from dataclasses import replace
+
 import torch
 
 
@@ -63,8 +65,18 @@ class Generator:
         self.spec, self.kwargs = spec, generation_kwargs(spec)
         return True
 
+    def prefill_kernel(self) -> dict:
+        impl = getattr(getattr(self.model, "config", None), "_attn_implementation", None) or "transformers"
+        return {"kernel": impl, "reason": f"transformers' {impl} attention (FA4 prefill is flex's fa4_prefill option "
+                                          f"and transformers_cb's paged_flash_attention_4 variant)"}
+
     @torch.inference_mode()
-    def generate(self, prompts, n):
+    def generate(self, prompts, n, max_new_tokens=None):
+        """max_new_tokens: one budget for every completion, as a list (the prefill probe's one-token call)."""
+        kwargs = self.kwargs
+        if max_new_tokens is not None:
+            assert len(set(max_new_tokens)) == 1, "model.generate takes one budget a call"
+            kwargs = generation_kwargs(replace(self.spec, max_new_tokens=max_new_tokens[0]))
         seqs = [p for p in prompts for _ in range(n)]
         torch.manual_seed(self.spec.sampling.seed)
         out = []
@@ -72,7 +84,7 @@ class Generator:
             chunk = seqs[i:i + self.spec.batch_size]
             filled = chunk + [chunk[-1]] * (self.spec.batch_size - len(chunk)) if self.fixed_batch else chunk
             ids, mask = left_pad(filled, self.spec.pad_token_id, self.spec.device)
-            gen = self.model.generate(input_ids=ids, attention_mask=mask, **self.kwargs)  # [B, S+T]
+            gen = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)  # [B, S+T]
             out.extend(strip(row, self.spec) for row in gen[:len(chunk), ids.shape[1]:].tolist())
         return out
 

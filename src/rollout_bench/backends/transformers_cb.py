@@ -22,6 +22,7 @@ ATTENTION = {  # variant id (path-safe) -> attn_implementation
     "paged_flash_attention_4": "paged|flash_attention_4",
 }
 VARIANTS = tuple(ATTENTION)
+ONE_BUDGET_CALL = True  # generate(prompts, n, max_new_tokens=[m] * rows): the prefill probe's one-token call
 # What each flash variant imports: (distribution, how to install it). Their versions decide the skip.
 VARIANT_REQUIRES = {
     "paged_flash_attention_2": ("flash-attn", "pip install flash-attn --no-build-isolation (FA2 >= 2.3.3)"),
@@ -110,7 +111,12 @@ class Generator:
         self.gen_config = cb_generation_config(spec)
         self.cb_config = cb_config(spec)
 
-    def generate(self, prompts, n):
+    def generate(self, prompts, n, max_new_tokens=None):
+        """max_new_tokens: one budget for every completion, as a list (the prefill probe's one-token call)."""
+        budget = {}
+        if max_new_tokens is not None:
+            assert len(set(max_new_tokens)) == 1, "generate_batch takes one budget a call"
+            budget = {"max_new_tokens": max_new_tokens[0]}
         seqs = [p for p in prompts for _ in range(n)]
         torch.manual_seed(self.spec.sampling.seed)  # the worker thread samples from the global generator
         # In 5.17 the manager's tensors are made in this thread and updated in place by the worker; under
@@ -119,8 +125,15 @@ class Generator:
         with torch.inference_mode(False):
             results = self.model.generate_batch(
                 seqs, generation_config=self.gen_config, continuous_batching_config=self.cb_config,
-                persistent_manager=True, progress_bar=False)
+                persistent_manager=True, progress_bar=False, **budget)
         return collect(results, len(seqs), self.spec)
+
+    def prefill_kernel(self) -> dict:
+        impl = ATTENTION[self.spec.variant]
+        if self.spec.variant == "paged_flash_attention_4":
+            return {"kernel": "fa4", "reason": None}
+        return {"kernel": impl, "reason": f"variant {self.spec.variant} runs transformers' {impl} attention "
+                                          f"(paged_flash_attention_4 runs FA4)"}
 
     def manager(self):
         return getattr(self.model, "_cached_continuous_batching_manager", None)

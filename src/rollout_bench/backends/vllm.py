@@ -237,6 +237,15 @@ class Generator:
             raise RuntimeError("vLLM returned no logprobs though the request asked for logprobs=0")
         return [[c.logprobs[t][tok].logprob for t, tok in enumerate(c.token_ids)] for c in picked]
 
+    def prefill_kernel(self) -> dict:
+        """vLLM's attention backend (its layers' `attn_backend`, asked of the in-process worker), else 'vllm'."""
+        try:
+            names = sorted({n for ns in self.llm.collective_rpc(attention_backends) for n in ns})
+        except Exception as e:  # internals move between releases: the kernel is then unnamed, and why
+            return {"kernel": "vllm", "reason": f"vLLM runs its own attention; its backend's name was not readable "
+                                                f"({type(e).__name__}: {e})"[:300]}
+        return {"kernel": "+".join(names) or "vllm", "reason": "vLLM runs the attention backend it picks itself"}
+
     def memory(self) -> dict:
         return engine_memory(self.llm, gpu_memory_utilization(self.spec),
                              self.spec.options.get("engine_kwargs", {}).get("kv_cache_memory_bytes"))
@@ -249,6 +258,12 @@ class Generator:
         except Exception:
             pass
         self.llm = None
+
+
+def attention_backends(worker) -> list[str]:
+    """On a vLLM worker (LLM.collective_rpc): the names of its attention layers' backends."""
+    model = worker.model_runner.model
+    return sorted({m.attn_backend.get_name() for m in model.modules() if hasattr(m, "attn_backend")})
 
 
 def engine_memory(llm, gmu: float, kv_fixed: int | None = None) -> dict:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from .. import backends
 from ..backends import kernel_tuning
 from ..core import atomic, envinfo, stats
-from . import completions, logprob_sample, measure
+from . import completions, logprob_sample, measure, prefill
 
 
 @dataclass
@@ -165,8 +165,12 @@ def serve(mod, espec, plans: list[Plan], replayed: dict, tok, cuda, clock: Clock
                 gate = {**mod.gate(espec, gen), "seconds": round(time.perf_counter() - t0, 3)}
     except Exception as e:  # noqa: BLE001 -- out of memory at the job's largest batch, say: every cell says so
         traceback.print_exc()
+        from ..engine import fa4
+
         for plan in plans:
             record = base_record(plan.cell, backend, variant, model, clock, state["mark"], extra)
+            if isinstance(e, fa4.Unavailable):  # fa4_prefill 'on' where FA4 cannot run: the guard's reason
+                record["prefill_kernel"] = {"kernel": None, "reason": e.why}
             finish(plan.cell, stats.failed(record, f"building the job's engine ({espec.batch_size} rows, "
                                                    f"{espec.max_seq_len} tokens): {type(e).__name__}: {e}"[:2000]))
         return
@@ -183,7 +187,7 @@ def serve(mod, espec, plans: list[Plan], replayed: dict, tok, cuda, clock: Clock
             continue
         try:
             gen, first = on_generator(mod, gen, first, plan.spec)
-            rec, setup_s, timed_s = run_cell(gen, plan, record, tok, cuda, first)
+            rec, setup_s, timed_s = run_cell(mod, gen, plan, record, tok, cuda, first)
         except Exception as e:  # noqa: BLE001 -- one cell's failure is its result; the next cells still run
             traceback.print_exc()
             finish(cell, stats.failed(record, f"{type(e).__name__}: {e}"[:2000]))
@@ -212,7 +216,7 @@ def on_generator(mod, gen, built, spec):
     return rebuilt.gen, rebuilt
 
 
-def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, float, float]:
+def run_cell(mod, gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, float, float]:
     """-> (the cell's record, its set-up seconds, its timed seconds)."""
     from ..assets import prompts as prompt_assets
 
@@ -220,6 +224,7 @@ def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, flo
         cuda.reset_peak_memory_stats()
     spec = plan.spec
     result = measure.measure_cell(gen, spec, plan.cell.workload, plan.attempts, plan.warmup, cuda)
+    record["prefill_kernel"] = prefill.kernel(gen, record["backend"])
     setup_s = round(result["t_first_round"] - record["_t0"], 3)
     fields = result["fields"]
     peak, engine_info = measure.memory(gen, cuda, built)
@@ -246,6 +251,13 @@ def run_cell(gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict, flo
         result["outputs"], eos_token_id=spec.eos_token_id, ignore_eos=spec.ignore_eos, batch_size=spec.batch_size,
         median_wall_s=record["median_wall_s"], engine_round=engine_info.get("last_round"))
     record["sample_completions"] = [prompt_assets.decode(tok, o)[:300] for o in result["outputs"][:3]]
+    try:  # last: its calls replace the last round's outputs that the round gate and the logprob sample read
+        record["prefill"] = prefill.probe(gen, mod, record["backend"], spec, result["prompts"], plan.warmup,
+                                          cuda.synchronize if cuda else (lambda: None))
+    except Exception as e:  # noqa: BLE001 -- named in the stats; the cell's speed stands without it
+        traceback.print_exc()
+        record["prefill"] = {"tps": None, "reason": f"the prefill-only call failed: {type(e).__name__}: {e}"[:500]}
+        getattr(gen, "abort", lambda: None)()  # what it left queued must not run inside the next cell's rounds
     return record, setup_s, fields["timed_s"]
 
 

@@ -31,6 +31,9 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
         if not g.ignore_eos.all():
             lines += _eos_section(model, case, g, reference)
             continue
+        if "long_prompts" in g and g.long_prompts.fillna(False).astype(bool).any():
+            lines += _prefill_section(model, case, g, reference)
+            continue
         lines += [f"### {model} — {case} (LoRA r={first.lora_rank}, sampling {first.sampling}, "
                   f"n={first.num_generations})", "",
                   f"| backend | variant | batch | decode tok/s | best tok/s | % of {reference} | decode GB/s (of copy) "
@@ -134,6 +137,38 @@ def _eos_section(model: str, case: str, g: pd.DataFrame, reference: str) -> list
     return lines + ["", "Lengths in tokens (EOS included); time to last = the median round wall, which ends with "
                         "the last completion; decode occupancy = rows the engine decoded per decode step / batch "
                         "(— where the engine does not count its rows).", ""]
+
+
+def prefill_kernel(r) -> str:
+    """'fa4', 'flex-triton (no CUDA device)' (the FA4 guard's reason, short), or the backend's own kernel."""
+    kernel, why = getattr(r, "prefill_kernel", None), getattr(r, "prefill_kernel_reason", None)
+    if kernel is None or pd.isna(kernel):
+        return "—" if why is None or pd.isna(why) else f"— ({why})"
+    return f"{kernel} ({why})" if kernel == "flex-triton" and isinstance(why, str) else str(kernel)
+
+
+def _prefill_section(model: str, case: str, g: pd.DataFrame, reference: str) -> list[str]:
+    """A prefill-heavy case (long prompts, few new tokens): the prefill-only rate and the kernel that ran the
+    prefill beside the round's speed."""
+    first = g.iloc[0]
+    lines = [f"### {model} — {case} (prefill-heavy: long prompts; LoRA r={first.lora_rank}, sampling "
+             f"{first.sampling}, n={first.num_generations})", "",
+             f"| backend | variant | batch | prompt tokens | round s | decode tok/s | % of {reference} "
+             f"| prefill tok/s | engine prefill tok/s | prefill kernel | peak alloc GB | status |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|---|--:|---|"]
+    for r in g.sort_values(["backend", "variant", "batch_size"]).itertuples():
+        tps = getattr(r, "prefill_tps", None)
+        why = getattr(r, "prefill_reason", None)
+        no_rate = "—" if r.status != "ok" or why is None or pd.isna(why) else f"— ({why})"
+        lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {fmt(getattr(r, 'prompt_tokens_mean', None))} "
+                     f"| {fmt(getattr(r, 'median_wall_s', None), '.3f')} | {fmt(r.decode_tps)} "
+                     f"| {fmt(r.pct_of_ref, '.1f')} | {fmt(tps) or no_rate} "
+                     f"| {fmt(getattr(r, 'prefill_engine_tps', None)) or '—'} | {prefill_kernel(r)} "
+                     f"| {fmt(r.peak_alloc_gb, '.2f')} | {_status(r)} |")
+    return lines + ["", "Prompt tokens: a prompt's mean over the last round; round s: the median round wall; prefill "
+                        "tok/s: prompt tokens / s of a one-token call on the last round's prompts (no prefix cache "
+                        "hit), one method for every engine; engine prefill tok/s: flex's own prefill passes in that "
+                        "call; prefill kernel: fa4, flex-triton (why not FA4) or the backend's own.", ""]
 
 
 def peak_gb(df: pd.DataFrame) -> pd.Series:
