@@ -500,9 +500,19 @@ def test_the_prefill_case_is_a_job_of_its_own_with_long_prompts(raw):
     assert all(c.case != "prefill" for k, g in groups.items() if k not in own for c in g.cells)
     wl = jobs.job_workload(cfg, "qwen3-4b", "vllm", "prefill", 64)
     assert wl["long_prompts"] and wl["prompt_tokens"] == [2048, 8192] and wl["max_new_tokens"] == 64
+    assert wl["prefill_rate"]  # its cells alone make the prefill-only call (generation/prefill.py)
     assert wl["ignore_eos"] and wl["sampling_preset"] == "greedy" and wl["prompt_offset"] == 8 * 5 + 8
-    assert "long_prompts" not in jobs.job_workload(cfg, "qwen3-4b", "vllm", "greedy", 64)
-    smoke = config.resolve({**raw, "profile": "smoke"})
-    keys = {g.key for g in jobs.gen_groups(smoke) if g.own_case}
-    assert keys == {f"qwen3-tiny/{b}/base-prefill" for b in ("flex/graphs", "vllm/default", "transformers_cb/paged_sdpa")}
-    assert not any(g.own_case for g in jobs.gen_groups(config.resolve(raw)))  # the cpu default is unchanged
+    for case in {j.case for j in jobs.gen_jobs(cfg)} - {"prefill"}:  # the other cases' workloads as before
+        j = next(j for j in jobs.gen_jobs(cfg) if j.case == case)
+        assert not {"long_prompts", "prefill_rate"} & set(jobs.job_workload(cfg, j.model, j.backend, case,
+                                                                            j.batch_size)), case
+
+
+@pytest.mark.parametrize("profile", ["smoke", "headline", "cpu"])
+def test_no_routinely_run_profile_has_a_prefill_case(raw, profile):
+    """Until a device run has checked the prefill case's code, the smoke, headline and cpu (default) profiles ask
+    for none of it: no own job, no long prompts, no prefill-only call (their job lists are as before the case)."""
+    cfg = config.resolve({**raw, "profile": profile})
+    assert not any(g.own_case for g in jobs.gen_groups(cfg))
+    for name, case in cfg["workload"]["cases"].items():
+        assert not (case.get("long_prompts") or case.get("own_job") or case.get("prefill_rate")), (profile, name)

@@ -146,8 +146,7 @@ def test_a_trace_gives_every_engine_the_same_budgets(tiny_assets, tmp_path, monk
     assert [r["budgets"] for r in f["rounds"]] == [r["budgets"] for r in v["rounds"]]
     # the warm-up (one prompt x 2), then the two rounds (2 prompts x 2), each its own draw
     want = [trace.lengths(traced["trace"], k, 11, d) for k, d in ((2, 0), (4, 1), (4, 2))]
-    assert asked[:3] == want and len(set(map(tuple, want))) == 3  # each round its own draw
-    assert asked[3:] == [[1] * 2, [1] * 4]  # then the prefill probe's one-token calls (warm-up, last round)
+    assert asked == want and len(set(map(tuple, want))) == 3  # each round its own draw, and no prefill call
     assert f["n_decoded_tokens"] == round((sum(want[1]) + sum(want[2])) / 2)  # flex decoded exactly those
     assert f["completions"]["completion_tokens"]["max"] == max(want[2])
 
@@ -346,11 +345,12 @@ def test_fa4_prefill_on_that_cannot_run_fails_the_job_with_the_guards_reason(tin
 @pytest.mark.parametrize("backend, variant, kernel, engine_tps", [
     ("flex", "eager", "flex-triton", True), ("hf_generate", "default", "sdpa", False),
     ("transformers_cb", "paged_sdpa", "paged|sdpa", False)])
-def test_every_cell_says_what_ran_its_prefill_and_how_fast(tiny_assets, tmp_path, backend, variant, kernel,
-                                                           engine_tps):
-    """prefill_kernel: FA4, flex's Triton kernel or the backend's own, and why not FA4; prefill: prompt tokens a
-    second of a one-token call on the last round's prompts (flex: also its own prefill passes' rate)."""
-    (c,) = cells(tmp_path, tiny_assets["dataset"], ("prefill", 2, {}))
+def test_a_prefill_rate_cell_says_what_ran_its_prefill_and_how_fast(tiny_assets, tmp_path, backend, variant, kernel,
+                                                                     engine_tps):
+    """prefill_kernel: FA4, flex's Triton kernel or the backend's own, and why not FA4; prefill (a prefill_rate
+    case's cells): prompt tokens a second of a one-token call on the last round's prompts (flex: also its own
+    prefill passes' rate)."""
+    (c,) = cells(tmp_path, tiny_assets["dataset"], ("prefill", 2, {"prefill_rate": True}))
     generation_job.run_group(backend=backend, variant=variant, model="qwen3-tiny", cells=[c],
                              model_dir=tiny_assets["model"], adapter_dir=None, out=str(tmp_path / "job.json"))
     rec = stats.load(c.out)
@@ -374,3 +374,79 @@ def test_a_backend_without_a_one_token_call_records_no_prefill_figure_and_why():
     got = prefill.probe(None, hf_static, "hf_static", None, [[1, 2]], [], lambda: None)
     assert got["tps"] is None and "one-token budget" in got["reason"]
     assert prefill.uncached([[5, 6, 7], [0, 9]], (0, 1)) == [[0, 6, 7], [1, 9]]
+
+
+def test_only_a_prefill_rate_cell_makes_the_prefill_call_or_asks_the_engine(tiny_assets, tmp_path, monkeypatch):
+    """The GPU runs of every other case do what they did before the prefill case: no max_new_tokens=1 call, no
+    `prefill` field, and vLLM (a stub that counts its calls) is not asked for its attention backend
+    (collective_rpc); its prefill_kernel is 'vllm', unnamed. A prefill_rate cell on the same engine makes both."""
+    from rollout_bench import backends
+    from rollout_bench.backends import vllm
+
+    calls = {"generate": [], "rpc": 0}
+
+    class Stub:
+        def generate(self, prompts, n, max_new_tokens=None):
+            calls["generate"].append(None if max_new_tokens is None else list(max_new_tokens))
+            budgets = max_new_tokens or [4] * (len(prompts) * n)
+            return [[5] * m for m in budgets]
+
+        class llm:  # noqa: N801 -- LLM's one method the prefill cell uses
+            @staticmethod
+            def collective_rpc(fn):
+                calls["rpc"] += 1
+                return [["FLASH_ATTN"]]
+
+        prefill_kernel = vllm.Generator.prefill_kernel
+        prefill_kernel_from_engine = vllm.Generator.prefill_kernel_from_engine
+
+    real_unavailable = backends.unavailable
+    monkeypatch.setattr(backends, "unavailable",
+                        lambda name, *a, **k: None if name == "vllm" else real_unavailable(name, *a, **k))
+    monkeypatch.setattr(vllm, "load", lambda spec: Stub())
+    plain, rate = cells(tmp_path, tiny_assets["dataset"], ("greedy", 2, {}), ("prefill", 2, {"prefill_rate": True}))
+    generation_job.run_group(backend="vllm", variant="default", model="qwen3-tiny", cells=[plain],
+                             model_dir=tiny_assets["model"], adapter_dir=None)
+    rec = stats.load(plain.out)
+    assert rec["status"] == "ok", rec["reason"]
+    assert calls == {"generate": [None] * 3, "rpc": 0}  # the warm-up and two rounds, nothing more
+    assert "prefill" not in rec and rec["prefill_kernel"]["kernel"] == "vllm" and rec["prefill_kernel"]["reason"]
+    generation_job.run_group(backend="vllm", variant="default", model="qwen3-tiny", cells=[rate],
+                             model_dir=tiny_assets["model"], adapter_dir=None)
+    rec = stats.load(rate.out)
+    assert rec["status"] == "ok", rec["reason"]
+    assert calls["generate"][3:] == [None] * 3 + [[1], [1] * 2] and calls["rpc"] == 1  # then the probe's two
+    assert rec["prefill"]["tps"] > 0 and rec["prefill_kernel"]["kernel"] == "FLASH_ATTN"
+
+
+@pytest.mark.parametrize("backend, variant", [("flex", "eager"), ("hf_generate", "default"),
+                                              ("transformers_cb", "paged_sdpa")])
+def test_a_cell_without_prefill_rate_makes_no_one_token_call(tiny_assets, tmp_path, monkeypatch, backend, variant):
+    """The real generators of the backends the prefill case runs on CPU: a cell of any other case calls generate
+    for its warm-up and rounds only, never with a budget of its own, and records no `prefill` field."""
+    from rollout_bench import backends
+
+    asked = []
+    mod = backends.module(backend)
+    real_load = mod.load
+
+    def counted(spec):
+        gen = real_load(spec)
+        real = gen.generate
+
+        def generate(prompts, n, *a, **k):
+            asked.append(k.get("max_new_tokens", a[0] if a else None))
+            return real(prompts, n, *a, **k)
+
+        gen.generate = generate
+        return gen
+
+    monkeypatch.setattr(mod, "load", counted)
+    (c,) = cells(tmp_path, tiny_assets["dataset"], ("greedy", 2, {}))
+    generation_job.run_group(backend=backend, variant=variant, model="qwen3-tiny", cells=[c],
+                             model_dir=tiny_assets["model"], adapter_dir=None)
+    rec = stats.load(c.out)
+    assert rec["status"] == "ok", rec["reason"]
+    assert len(asked) == 3 and all(m is None for m in asked), asked  # the warm-up and two rounds, no budget
+    assert "prefill" not in rec and rec["prefill_kernel"]["kernel"]
+

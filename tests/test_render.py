@@ -88,3 +88,13 @@ def test_a_prefill_heavy_case_shows_the_prefill_rate_and_kernel():
     assert "| — (no one-token call) | — | sdpa |" in md
     greedy = md[md.index("### m — greedy"):].split("\n\n")[1]
     assert "prefill" not in greedy  # the other cases' tables keep their columns
+
+
+def test_a_long_prompt_case_without_prefill_rate_says_its_prefill_was_not_measured():
+    long = {"ignore_eos": True, "long_prompts": True, "prompt_tokens_mean": 5120.0, "median_wall_s": 1.5,
+            "prefill_kernel": "vllm", "prefill_kernel_reason": "x"}
+    df = pd.DataFrame([{**row("vllm", "long", 8, 280.0), **long, "prefill_rate": False, "prefill_tps": None,
+                        "prefill_reason": None}])
+    md = render.generation_table(df, "vllm")
+    assert "### m — long (prefill-heavy: long prompts;" in md
+    assert "| — (not measured: prefill_rate off) | — | vllm |" in md

@@ -238,7 +238,13 @@ class Generator:
         return [[c.logprobs[t][tok].logprob for t, tok in enumerate(c.token_ids)] for c in picked]
 
     def prefill_kernel(self) -> dict:
-        """vLLM's attention backend (its layers' `attn_backend`, asked of the in-process worker), else 'vllm'."""
+        """Without a call into the engine (every cell): vLLM's own attention, its backend unnamed."""
+        return {"kernel": "vllm", "reason": "vLLM runs the attention backend it picks itself (named only in cells "
+                                            "of a prefill_rate case)"}
+
+    def prefill_kernel_from_engine(self) -> dict:
+        """Cells of a prefill_rate case only (generation/prefill.kernel): vLLM's attention backend, its layers'
+        `attn_backend` asked of the in-process worker through LLM.collective_rpc, else 'vllm' and why."""
         try:
             names = sorted({n for ns in self.llm.collective_rpc(attention_backends) for n in ns})
         except Exception as e:  # internals move between releases: the kernel is then unnamed, and why

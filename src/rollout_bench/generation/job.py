@@ -224,7 +224,7 @@ def run_cell(mod, gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict
         cuda.reset_peak_memory_stats()
     spec = plan.spec
     result = measure.measure_cell(gen, spec, plan.cell.workload, plan.attempts, plan.warmup, cuda)
-    record["prefill_kernel"] = prefill.kernel(gen, record["backend"])
+    record["prefill_kernel"] = prefill.kernel(gen, record["backend"])  # no call into the engine
     setup_s = round(result["t_first_round"] - record["_t0"], 3)
     fields = result["fields"]
     peak, engine_info = measure.memory(gen, cuda, built)
@@ -251,14 +251,27 @@ def run_cell(mod, gen, plan: Plan, record: dict, tok, cuda, built) -> tuple[dict
         result["outputs"], eos_token_id=spec.eos_token_id, ignore_eos=spec.ignore_eos, batch_size=spec.batch_size,
         median_wall_s=record["median_wall_s"], engine_round=engine_info.get("last_round"))
     record["sample_completions"] = [prompt_assets.decode(tok, o)[:300] for o in result["outputs"][:3]]
-    try:  # last: its calls replace the last round's outputs that the round gate and the logprob sample read
-        record["prefill"] = prefill.probe(gen, mod, record["backend"], spec, result["prompts"], plan.warmup,
+    if prefill.wanted(plan.cell.workload):  # a prefill_rate case's cells only: the others call nothing more
+        prefill_cell(mod, gen, spec, plan, result["prompts"], record, cuda)
+    return record, setup_s, fields["timed_s"]
+
+
+def prefill_cell(mod, gen, spec, plan: Plan, prompts: list, record: dict, cuda) -> None:
+    """A prefill_rate cell's prefill: the engine's own name for its kernel, and the prefill-only call (after
+    everything that reads the last round's outputs: its calls replace them)."""
+    try:
+        record["prefill_kernel"] = prefill.kernel(gen, record["backend"], ask_engine=True)
+    except Exception as e:  # noqa: BLE001 -- the kernel read without the engine stands
+        traceback.print_exc()
+        record["prefill_kernel"] = {**record["prefill_kernel"],
+                                    "reason": f"the engine did not name its kernel: {type(e).__name__}: {e}"[:300]}
+    try:
+        record["prefill"] = prefill.probe(gen, mod, record["backend"], spec, prompts, plan.warmup,
                                           cuda.synchronize if cuda else (lambda: None))
     except Exception as e:  # noqa: BLE001 -- named in the stats; the cell's speed stands without it
         traceback.print_exc()
         record["prefill"] = {"tps": None, "reason": f"the prefill-only call failed: {type(e).__name__}: {e}"[:500]}
         getattr(gen, "abort", lambda: None)()  # what it left queued must not run inside the next cell's rounds
-    return record, setup_s, fields["timed_s"]
 
 
 def round_gate_reason(judged: dict) -> str:

@@ -1,21 +1,33 @@
 """A cell's prefill: which kernel ran its attention (`prefill_kernel`) and a prefill-only rate (`prefill`).
 
-prefill_kernel: {"kernel": "fa4" | "flex-triton" | the backend's own (vLLM's attention backend, transformers'
-attn_implementation), "reason": why FA4 did not run, or None}. A generator says it with `prefill_kernel()`; one that
-does not runs its framework's own attention, which the fallback names.
+prefill_kernel (every cell): {"kernel": "fa4" | "flex-triton" | the backend's own (transformers'
+attn_implementation; vLLM's attention backend in prefill_rate cells, else "vllm"), "reason": why FA4 did not run, or
+None}. A generator says it with `prefill_kernel()`, which reads what the generator already holds and calls nothing in
+the engine; one that does not runs its framework's own attention, which the fallback names. Only in a cell of a
+`prefill_rate` case (workload.prefill_rate) may a generator's `prefill_kernel_from_engine()` ask the engine (vLLM:
+LLM.collective_rpc into its workers' attention layers).
 
-prefill: prompt tokens a second of a call that decodes one token a completion (max_new_tokens=1), on the last timed
-round's prompts with each prompt's first token replaced, so that no prefix cache (vLLM's, transformers' block
-sharing: both hash blocks chained from the first token) holds what the round left, at the round's lengths. A first
-such call on the warm-up's prompts takes what a new call shape compiles or captures. Its wall is the prefill, one
-sampling step and the call's host work: one method for every engine. flex also reports its own prefill passes' time
-within that call (`engine_tps`: synced, the first tokens sampled). A backend that cannot make a one-token call of
-its own generate (one budget compiled in) records None and why.
+prefill (cells of a prefill_rate case only; the other cells make no extra call and have no such field): prompt
+tokens a second of a call that decodes one token a completion (max_new_tokens=1), on the last timed round's prompts
+with each prompt's first token replaced, so that no prefix cache (vLLM's, transformers' block sharing: both hash
+blocks chained from the first token) holds what the round left, at the round's lengths. A first such call on the
+warm-up's prompts takes what a new call shape compiles or captures. Its wall is the prefill, one sampling step and
+the call's host work: one method for every engine. flex also reports its own prefill passes' time within that call
+(`engine_tps`: synced, the first tokens sampled). A backend that cannot make a one-token call of its own generate
+(one budget compiled in) records None and why.
 """
 import time
 
 
-def kernel(gen, backend: str) -> dict:
+def wanted(workload: dict) -> bool:
+    """Whether the cell measures its prefill (the probe below, the engine's kernel name): its case's prefill_rate."""
+    return bool(workload.get("prefill_rate"))
+
+
+def kernel(gen, backend: str, ask_engine: bool = False) -> dict:
+    """ask_engine: a prefill_rate cell, where a generator may name its kernel by calling into the engine."""
+    if ask_engine and hasattr(gen, "prefill_kernel_from_engine"):
+        return gen.prefill_kernel_from_engine()
     own = getattr(gen, "prefill_kernel", None)
     if own is not None:
         return own()

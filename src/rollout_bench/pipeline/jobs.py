@@ -219,6 +219,7 @@ def job_workload(cfg: dict, model: str, backend: str, case_name: str, batch_size
         "prompt_tokens": case.get("prompt_tokens", wl["prompt_tokens"]),
         # only where on: the other cases' workloads (a param of their jobs) stay as they were
         **({"long_prompts": True} if case.get("long_prompts") else {}),
+        **({"prefill_rate": True} if case.get("prefill_rate") else {}),
         "prompt_offset": prompt_offset(cfg, model, case_name, batch_size),
         "shuffle_seed": wl["shuffle_seed"],
         "chat_template": wl["chat_template"],

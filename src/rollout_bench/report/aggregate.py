@@ -9,8 +9,9 @@ GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generat
                "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb",
                "peak_reserved_gb", "setup_s", "rounds", "round_spread", "fresh_prompts", "gpu_name", "gpu_ids",
                "gpu_uuids", "neighbours", "others_cpu", "torch", "transformers", "started_at", "wall_s", "trace",
-               "n_prompts", "temperature", "attempts", "long_prompts", "prompt_tokens_mean", "prefill_tps",
-               "prefill_engine_tps", "prefill_reason", "prefill_kernel", "prefill_kernel_reason", "git_commit", "path"]
+               "n_prompts", "temperature", "attempts", "long_prompts", "prefill_rate", "prompt_tokens_mean",
+               "prefill_tps", "prefill_engine_tps", "prefill_reason", "prefill_kernel", "prefill_kernel_reason",
+               "git_commit", "path"]
 
 
 def generation_row(rec: dict, path: str) -> dict:
@@ -51,7 +52,7 @@ def generation_row(rec: dict, path: str) -> dict:
         "started_at": rec["started_at"], "wall_s": rec["wall_s"],
         "trace": (wl.get("trace") or {}).get("name"), "n_prompts": rec.get("n_prompts", wl.get("n_prompts")),
         "temperature": wl["sampling"].get("temperature"), "attempts": len(rec.get("attempts") or [None]),
-        "long_prompts": bool(wl.get("long_prompts")),
+        "long_prompts": bool(wl.get("long_prompts")), "prefill_rate": bool(wl.get("prefill_rate")),
         # a round's prompt tokens / its prompts x n: the mean prompt length the prefill figures are at
         "prompt_tokens_mean": (rec["n_prompt_tokens"] / (rec["n_prompts"] * wl["num_generations"])
                                if rec.get("n_prompt_tokens") and rec.get("n_prompts") else None),

@@ -31,7 +31,7 @@ def generation_table(df: pd.DataFrame, reference: str) -> str:
         if not g.ignore_eos.all():
             lines += _eos_section(model, case, g, reference)
             continue
-        if "long_prompts" in g and g.long_prompts.fillna(False).astype(bool).any():
+        if any(c in g and g[c].fillna(False).astype(bool).any() for c in ("long_prompts", "prefill_rate")):
             lines += _prefill_section(model, case, g, reference)
             continue
         lines += [f"### {model} — {case} (LoRA r={first.lora_rank}, sampling {first.sampling}, "
@@ -148,10 +148,12 @@ def prefill_kernel(r) -> str:
 
 
 def _prefill_section(model: str, case: str, g: pd.DataFrame, reference: str) -> list[str]:
-    """A prefill-heavy case (long prompts, few new tokens): the prefill-only rate and the kernel that ran the
-    prefill beside the round's speed."""
+    """A prefill-heavy case (long prompts, few new tokens) or one that measures its prefill (prefill_rate): the
+    prefill-only rate and the kernel that ran the prefill beside the round's speed."""
     first = g.iloc[0]
-    lines = [f"### {model} — {case} (prefill-heavy: long prompts; LoRA r={first.lora_rank}, sampling "
+    long = "long_prompts" in g and g.long_prompts.fillna(False).astype(bool).any()
+    lines = [f"### {model} — {case} ({'prefill-heavy: long prompts' if long else 'prefill rate'}; "
+             f"LoRA r={first.lora_rank}, sampling "
              f"{first.sampling}, n={first.num_generations})", "",
              f"| backend | variant | batch | prompt tokens | round s | decode tok/s | % of {reference} "
              f"| prefill tok/s | engine prefill tok/s | prefill kernel | peak alloc GB | status |",
@@ -160,6 +162,8 @@ def _prefill_section(model: str, case: str, g: pd.DataFrame, reference: str) -> 
         tps = getattr(r, "prefill_tps", None)
         why = getattr(r, "prefill_reason", None)
         no_rate = "—" if r.status != "ok" or why is None or pd.isna(why) else f"— ({why})"
+        if r.status == "ok" and not getattr(r, "prefill_rate", True):
+            no_rate = "— (not measured: prefill_rate off)"
         lines.append(f"| {r.backend} | {r.variant} | {r.batch_size} | {fmt(getattr(r, 'prompt_tokens_mean', None))} "
                      f"| {fmt(getattr(r, 'median_wall_s', None), '.3f')} | {fmt(r.decode_tps)} "
                      f"| {fmt(r.pct_of_ref, '.1f')} | {fmt(tps) or no_rate} "
