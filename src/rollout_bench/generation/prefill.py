@@ -53,7 +53,8 @@ def probe(gen, mod, backend: str, spec, prompts: list[list[int]], warmup: list[l
         return {"tps": None, "reason": f"{backend}'s generate takes no one-token budget (its decode is compiled for "
                                        f"the cell's max_new_tokens), so no prefill-only call was timed"}
     n = spec.num_generations
-    avoid = tuple(dict.fromkeys((spec.pad_token_id, spec.eos_token_id, 0, 1)))
+    # a tokenizer without an EOS (eos_token_id None) must not put None in a prompt
+    avoid = tuple(t for t in dict.fromkeys((spec.pad_token_id, spec.eos_token_id, 0, 1)) if t is not None)
 
     def call(ps):
         return gen.generate(ps, n, max_new_tokens=[1] * (len(ps) * n))
