@@ -196,10 +196,15 @@ def autotune_input(wc):
     return autotune_input_of(wc.model, wc.backend)
 
 
-def backend_env_of(backend):
-    """Each backend group has its own environment where pins conflict (vLLM pins torch exactly)."""
-    group = backend if backend in ("vllm", "unsloth") else "core"
-    return f"../envs/{group}.yaml"
+def backend_env_of(backend, variant=None):
+    """Each backend group has its own environment where pins conflict (vLLM pins torch exactly; flash-attn-4 a
+    newer nvidia-cutlass-dsl than vLLM's)."""
+    return f"../envs/{rb_backends.env_group(backend, variant)}.yaml"
+
+
+def site_of(backend, variant):
+    """Its group's site directory first on the job's PYTHONPATH, where config `sites` names one."""
+    return rb_config.site_prefix(CFG, rb_backends.env_group(backend, variant))
 
 
 def train_sources(wc):

@@ -35,9 +35,10 @@ for _g in GEN_GROUPS:
         resources:
             gpu=gpu_slots_of(_g.backend, CFG["options"].get(_g.backend, {})),
         conda:
-            backend_env_of(_g.backend)
+            backend_env_of(_g.backend, _g.variant)
         shell:
-            f"{LEASE_JOB}{{params.alone}}--pin '{{params.pin}}' -- "
+            # a command unchanged for every job whose group has no site (no rerun where `sites` is not set)
+            f"{site_of(_g.backend, _g.variant)}{LEASE_JOB}{{params.alone}}--pin '{{params.pin}}' -- "
             "python -m rollout_bench generate --backend {params.backend} --variant {params.variant} "
             "--model {params.model} --cells {params.cells:q} --model-dir {params.model_dir} "
             "--adapter '{params.adapter}' --autotune '{input.autotune}' --cache-dir '{params.cache}' "

@@ -33,3 +33,17 @@ def test_fingerprint_changes_when_what_decides_a_skip_changes(monkeypatch):
     fa = backends.fingerprint("transformers_cb")
     versions["flash-attn-4"] = "4.0.0b36"
     assert backends.fingerprint("transformers_cb") != fa
+
+
+def test_each_job_runs_in_its_environment_group():
+    """envs/GROUP.yaml a job runs in: vLLM's and Unsloth's own, FA4's variants the fa4 group (flash-attn-4 needs a
+    newer nvidia-cutlass-dsl than vLLM pins), the rest core; every group named has its envs file."""
+    assert backends.env_group("vllm", "default") == "vllm" and backends.env_group("unsloth", "4bit") == "unsloth"
+    assert backends.env_group("flex", "fa4") == "fa4" and backends.env_group("flex", "graphs") == "core"
+    assert backends.env_group("transformers_cb", "paged_flash_attention_4") == "fa4"
+    assert backends.env_group("transformers_cb", "paged_sdpa") == "core"
+    from rollout_bench import ROOT
+
+    for name in backends.NAMES:
+        for v in backends.module(name).VARIANTS:
+            assert (ROOT / "envs" / f"{backends.env_group(name, v)}.yaml").is_file(), (name, v)

@@ -493,7 +493,8 @@ def test_the_prefill_case_is_a_job_of_its_own_with_long_prompts(raw):
     groups = {g.key: g for g in jobs.gen_groups(cfg)}
     own = {k: g for k, g in groups.items() if g.own_case}
     assert set(own) == {f"{m}/{b}/base-prefill" for m in ("qwen3-4b", "llama-3.2-3b")
-                        for b in ("flex/graphs", "vllm/default", "transformers_cb/paged_sdpa")}
+                        for b in ("flex/graphs", "flex/fa4", "vllm/default", "transformers_cb/paged_sdpa",
+                                  "transformers_cb/paged_flash_attention_4")}
     g = own["qwen3-4b/flex/graphs/base-prefill"]
     assert g.record == "results/generate/qwen3-4b/flex/graphs/job-base-prefill.json"
     assert [(c.case, c.batch_size) for c in g.cells] == [("prefill", 8), ("prefill", 64)]
@@ -516,3 +517,31 @@ def test_no_routinely_run_profile_has_a_prefill_case(raw, profile):
     assert not any(g.own_case for g in jobs.gen_groups(cfg))
     for name, case in cfg["workload"]["cases"].items():
         assert not (case.get("long_prompts") or case.get("own_job") or case.get("prefill_rate")), (profile, name)
+
+
+def test_the_prefill_profile_is_the_prefill_case_alone_with_fa4_beside_each_engines_own(raw):
+    """profile=prefill (issue 50): the 4B's prefill case, one job an engine: flex with FA4 and with its Triton
+    prefill, vLLM, transformers_cb with FA4 and with SDPA; no other case, GRPO or autotune pass."""
+    cfg = config.resolve({**raw, "profile": "prefill"})
+    assert list(cfg["workload"]["cases"]) == ["prefill"] and not cfg["train_backends"]
+    assert not cfg["autotune"]["enabled"]
+    assert {g.key for g in jobs.gen_groups(cfg)} == {
+        f"qwen3-4b/{b}/base-prefill" for b in ("flex/graphs", "flex/fa4", "vllm/default", "transformers_cb/paged_sdpa",
+                                               "transformers_cb/paged_flash_attention_4")}
+    gpu = config.resolve({**raw, "profile": "gpu"})
+    assert cfg["workload"]["cases"]["prefill"] == gpu["workload"]["cases"]["prefill"]  # one case, two profiles
+
+
+def test_sites_put_a_groups_directory_first_on_its_jobs_path(raw, tmp_path):
+    """A host without conda keeps conflicting groups apart: `sites` names a directory per group, which goes first
+    on PYTHONPATH for that group's jobs only; a group it does not name runs in the workflow's environment."""
+    site = tmp_path / "site fa4"
+    site.mkdir()
+    cfg = resolve_with(raw, sites={"fa4": str(site)})
+    assert config.site_prefix(cfg, "fa4") == f"export PYTHONPATH='{site}':$PYTHONPATH; "
+    assert config.site_prefix(cfg, "core") == "" and config.site_prefix(resolve_with(raw), "fa4") == ""
+    with pytest.raises(ConfigError, match=r"^config error at sites\.fa4: .* is not a directory; install the group "
+                                          r"there \(pip install --target"):
+        resolve_with(raw, sites={"fa4": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match=r"^config error at sites\.fa5: not an environment group \(envs/GROUP"):
+        resolve_with(raw, sites={"fa5": str(site)})

@@ -33,10 +33,25 @@ def spec(model_dir, variant="eager", **kw):
 
 
 def test_variants_and_availability():
-    assert flex.VARIANTS == ("graphs", "eager", "peft_unmerged")
+    assert flex.VARIANTS == ("graphs", "eager", "peft_unmerged", "fa4")
     assert "CUDA GPU" in flex.unavailable("graphs", 0)
     assert flex.unavailable("graphs", 1) is None and flex.unavailable("eager", 0) is None
     assert flex.unavailable("peft_unmerged", 0) is None
+
+
+def test_the_fa4_variant_is_skipped_without_flash_attn_4_and_otherwise_asks_fa4_or_fails(dirs, monkeypatch):
+    """fa4: graphs with fa4_prefill 'on' (a host where FA4 cannot run fails the job with the guard's reason, never
+    times Triton); without flash-attn-4 installed (absent by design: another environment group) it is skipped."""
+    from rollout_bench.core import envinfo
+
+    assert "CUDA GPU" in flex.unavailable("fa4", 0)
+    monkeypatch.setattr(envinfo, "version", lambda p: None if p == "flash-attn-4" else "1.0")
+    reason = flex.unavailable("fa4", 1)
+    assert "flash-attn-4" in reason and "envs/fa4.yaml" in reason
+    monkeypatch.setattr(envinfo, "version", lambda p: "4.0.0b36")
+    assert flex.unavailable("fa4", 1) is None
+    assert flex.engine_config(spec(dirs[0], variant="fa4")).fa4_prefill == "on"
+    assert flex.engine_config(spec(dirs[0], variant="graphs")).fa4_prefill == "auto"
 
 
 @pytest.mark.parametrize("variant, lora", [("eager", False), ("eager", True), ("peft_unmerged", True)])

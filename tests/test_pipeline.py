@@ -200,6 +200,23 @@ def test_the_headline_profile_is_one_job_an_engine(workdir):
     assert "results/generate/qwen3-4b/vllm/default/rollout/bs256.json" in out and "compare" not in out
 
 
+def test_only_the_fa4_groups_jobs_get_its_site(workdir, tmp_path):
+    """profile=prefill with `sites`: the fa4 jobs (flex fa4, transformers_cb paged_flash_attention_4) run with the
+    fa4 site first on PYTHONPATH, every other job's command is as without `sites` (no rerun of cached results)."""
+    site = tmp_path / "site-fa4"
+    site.mkdir()
+    base = ("-n", "-p", "--cores", "16", "--resources", "gpu=1", "--config", "profile=prefill")
+    env = {"ROLLOUT_BENCH_GPU_COUNT": "1"}
+    plain = snakemake(workdir, *base, env=env).stdout
+    out = snakemake(workdir, *base, f"sites={{fa4: {site}}}", env=env).stdout
+    export = f"export PYTHONPATH={site}:$PYTHONPATH; "
+    with_site = [line for line in out.splitlines() if export in line]
+    assert len(with_site) == 2 and all("--variant fa4 " in x or "--variant paged_flash_attention_4 " in x
+                                       for x in with_site)
+    commands = lambda text: sorted(x for x in text.splitlines() if "python -m rollout_bench" in x)  # noqa: E731
+    assert commands(out.replace(export, "")) == commands(plain)
+
+
 def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):
     broken = tmp_path / "broken-model"
     shutil.copytree(workdir / "results/assets/models/qwen3-tiny", broken)

@@ -6,6 +6,9 @@ A backend module provides:
     NEEDS_GPU: bool
     VARIANTS: tuple[str, ...]   variant ids (path-safe)
     INSTALL: str  (optional) how to install what REQUIRES names; the skip reason shows it
+    VARIANT_REQUIRES: dict  (optional) variant -> (distribution, how to install it): what it imports beyond REQUIRES
+    ENV_GROUPS: dict  (optional) variant -> the environment group (envs/GROUP.yaml) its jobs run in; else the
+        backend's own (env_group)
     unavailable(variant, gpu_count) -> str | None
         why it cannot run here *and what would make it run*; None when it can. Asked only once
         REQUIRES are installed and, with NEEDS_GPU, a GPU is visible (host_reason says so first).
@@ -86,6 +89,16 @@ def fingerprint(name: str) -> str:
     mod = module(name)
     extra = [dist for dist, _ in getattr(mod, "VARIANT_REQUIRES", {}).values()]
     return host_fingerprint((*mod.REQUIRES, *extra))
+
+
+OWN_GROUPS = ("vllm", "unsloth")  # backends whose pins conflict with core's (vLLM pins torch exactly)
+
+
+def env_group(name: str, variant: str) -> str:
+    """The environment group (envs/GROUP.yaml) a job of backend `name`, variant `variant` runs in."""
+    if name in OWN_GROUPS:
+        return name
+    return getattr(module(name), "ENV_GROUPS", {}).get(variant, "core")
 
 
 def alone_on_gpu(name: str, options: dict) -> bool:

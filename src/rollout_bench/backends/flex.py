@@ -2,7 +2,9 @@
 
 Variants: 'graphs' (CUDA graph per batch bucket, GPU only), 'eager' (no graphs; the CPU path),
 'peft_unmerged' (the PEFT model with its adapter unmerged on the hot path: the slow reference the
-merged double copy is measured against). spec.options are EngineConfig overrides.
+merged double copy is measured against), 'fa4' ('graphs' with FlashAttention-4 running every prefill:
+fa4_prefill 'on', so a host where FA4 cannot run fails the job instead of timing Triton; its jobs run
+in the fa4 environment group). spec.options are EngineConfig overrides.
 
 ignore_eos follows vLLM: EOS does not stop a completion but may be sampled (hf_generate instead
 forbids it through min_new_tokens).
@@ -17,16 +19,27 @@ from . import hf_model
 
 REQUIRES = ("torch", "transformers")
 NEEDS_GPU = False
-VARIANTS = ("graphs", "eager", "peft_unmerged")
+VARIANTS = ("graphs", "eager", "peft_unmerged", "fa4")
+# what a variant imports beyond REQUIRES (its version is part of the skip re-check), and the environment group
+# (envs/GROUP.yaml) its jobs run in: flash-attn-4 needs a newer nvidia-cutlass-dsl than vLLM pins
+VARIANT_REQUIRES = {"fa4": ("flash-attn-4", "install the fa4 environment group (envs/fa4.yaml; pip install "
+                                            "flash-attn-4[cu13]), Hopper or Blackwell GPUs")}
+ENV_GROUPS = {"fa4": "fa4"}
 RETARGET = True  # one generator serves a job's cells (retarget), built once
 PER_REQUEST_LENGTHS = True
 LOGPROBS = True  # row_logprobs: the sampled tokens' logprobs, for the mismatch job
 
 
 def unavailable(variant, gpu_count):
-    if variant == "graphs" and gpu_count == 0:
-        return ("flex variant 'graphs' captures CUDA graphs and needs a CUDA GPU; none is visible: run on a "
-                "GPU host with --resources gpu=1 (variant 'eager' runs on CPU)")
+    if variant in ("graphs", "fa4") and gpu_count == 0:
+        return (f"flex variant {variant!r} captures CUDA graphs and needs a CUDA GPU; none is visible: run on a "
+                f"GPU host with --resources gpu=1 (variant 'eager' runs on CPU)")
+    if variant in VARIANT_REQUIRES:
+        from ..core import envinfo
+
+        dist, how = VARIANT_REQUIRES[variant]
+        if envinfo.version(dist) is None:
+            return f"flex variant {variant!r} needs {dist}, which is not installed: {how}, then rerun"
     if variant == "peft_unmerged":
         from ..core import envinfo
 
@@ -39,8 +52,11 @@ def engine_config(spec):
     from ..engine import EngineConfig
 
     graphs = spec.variant != "eager" and str(spec.device).startswith("cuda")
+    options = dict(spec.options)
+    if spec.variant == "fa4":  # FA4 or a failed job (fa4.Unavailable), never a silent fall back to Triton
+        options["fa4_prefill"] = "on"
     # each cell captures the sampling path it runs (Generator.prepare): a job of greedy cells captures no top-k graphs
-    return EngineConfig.from_options(dict(spec.options), max_batch=spec.batch_size, max_seq_len=spec.max_seq_len,
+    return EngineConfig.from_options(options, max_batch=spec.batch_size, max_seq_len=spec.max_seq_len,
                                      cuda_graphs=graphs, capture_all=False)
 
 

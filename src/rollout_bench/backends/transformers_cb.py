@@ -31,6 +31,7 @@ VARIANT_REQUIRES = {
 }
 # Sizing used on CPU when spec.options leaves it open: the library would otherwise size the cache
 # from 90% of *host* RAM. On GPU the library's own auto-sizing is what a user of generate_batch gets.
+ENV_GROUPS = {"paged_flash_attention_4": "fa4"}  # envs/GROUP.yaml its jobs run in (backends.env_group)
 CPU_BLOCK_SIZE = 32
 CPU_MAX_BATCH_TOKENS = 512
 

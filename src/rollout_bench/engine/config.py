@@ -45,9 +45,9 @@ class EngineConfig:
     prefill_kernel_options: dict = field(default_factory=dict)
     sampler_topk_cap: int = 64  # when every request has 0 < top_k <= cap, sample from torch.topk(cap)
     # rows that truncate nothing (GRPO's sampling) sample without a sort, compiled in the decode graphs
-    # (sampler.sample_temperature; the same draws as the sorted path on CPU). Off until a device run has checked the
-    # compiled path: the 2026-12-06 session's device budget ran out before its GPU tests and headline run
-    sampler_temperature_path: bool = False
+    # (sampler.sample_temperature; the same draws as the sorted path: on CPU, and on the GPU compiled in the graphs
+    # against the uncompiled sorted path, tests/test_engine_gpu.py). False: every sampled row takes the sorted path
+    sampler_temperature_path: bool = True
     # sampled tokens' logprobs: "policy" = log_softmax(z / T), the trainer's quantity; "processed" =
     # renormalised over what top-k/top-p/min-p kept, as vLLM returns them to TRL (sampler.sample)
     logprobs: str = "policy"

@@ -1,6 +1,7 @@
 """Load, validate and resolve config/config.yaml (the jobs it asks for: jobs.py)."""
 import copy
 import os
+import shlex
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -15,6 +16,9 @@ from ..core import envinfo
 from ..core.workload import LORA_TARGETS
 from ..generation import trace
 from ..grpo import vllm_colocate
+
+
+ENVS = ROOT / "envs"
 
 
 class ConfigError(ValueError):
@@ -218,8 +222,22 @@ def _check(cfg: dict) -> None:
     _check_warmstart(cfg)
     _check_sources(cfg)
     _check_backend_names(cfg)
+    _check_sites(cfg)
     for name, case in cfg["workload"]["cases"].items():
         _check_case(cfg, name, case)
+
+
+def _check_sites(cfg: dict) -> None:
+    groups = [p.stem for p in ENVS.glob("*.yaml")]
+    for group, path in cfg["sites"].items():
+        if group not in groups:
+            raise ConfigError(f"config error at sites.{group}: not an environment group (envs/GROUP.yaml: "
+                              f"{', '.join(sorted(groups))})")
+        if not Path(path).is_dir():
+            raise ConfigError(f"config error at sites.{group}: {path} is not a directory; install the group there "
+                              f"(pip install --target {path} -r envs/{group}.requirements.txt, or the offline "
+                              f"wheelhouse: python -m rollout_bench.host.wheelhouse install DIR --target {path}) "
+                              f"or drop the key")
 
 
 def _check_sources(cfg: dict) -> None:
@@ -314,6 +332,13 @@ def load(path) -> dict:
 def uses_gpu(cfg: dict) -> bool:
     """Every profile but cpu runs its jobs on leased GPUs."""
     return cfg["profile"] != "cpu"
+
+
+def site_prefix(cfg: dict, group: str) -> str:
+    """The shell words that put environment group `group`'s site directory (`sites`) first on a job's PYTHONPATH;
+    '' where it has none (the job runs in the workflow's environment, or conda's with --use-conda)."""
+    path = cfg["sites"].get(group)
+    return f"export PYTHONPATH={shlex.quote(str(Path(path).resolve()))}:$PYTHONPATH; " if path else ""
 
 
 def variants(cfg: dict, backend: str, case: dict | None = None) -> list[str]:

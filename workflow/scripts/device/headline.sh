@@ -7,6 +7,10 @@
 #   T  the GPU tests (pytest -m gpu)
 #   P  S and T beside each other (neither is timed for a result), before H: a session's device time for all three;
 #      T starts once the core group is installed, while the vLLM group's wheels are still arriving
+#   F  FlashAttention-4 (issue 50), alone on the GPU: its GPU test (tests/test_engine_fa4_gpu.py), then the prefill
+#      profile, whose fa4 jobs run with the fa4 group's site first on their path (`sites`); the group arrives like the
+#      others (`stash.sh fa4/batchNNN ... install fa4`). Where its install failed, the profile runs without the site
+#      and its fa4 jobs say `skipped`
 # CORE_ONLY=1: no vLLM group (the plan does not wait for it; S and H then record vLLM `skipped`); GPU_TESTS: the test
 # files T runs (default: all of tests/).
 # S and H share one compile-cache directory, as the jobs of one host do (host/compile_cache.py): what vLLM compiles
@@ -22,7 +26,8 @@ STEPS="${*:-S H T}"
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 say "plan ($STEPS) start at ${ROLLOUT_BENCH_GIT_COMMIT:-?} dirty=${ROLLOUT_BENCH_GIT_DIRTY:-?}"
 # a group only once installed whole: a package half-written by its install would fail the jobs that import it
-wait_for() { while [ ! -f /tmp/site-$1/.installed ]; do sleep 2; done; }
+# (1: its install failed, bg.log says so)
+wait_for() { while [ ! -f /tmp/site-$1/.installed ]; do grep -q "install $1 rc=[1-9]" $LOG && return 1; sleep 2; done; }
 wait_for core
 mkdir -p /tmp/rb-bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/rb-bin/python && chmod +x /tmp/rb-bin/python
 export PATH="/tmp/rb-bin:$PATH"
@@ -52,6 +57,22 @@ if step H; then
    rc=$?
    say "H rc=$rc wall=$(( $(date +%s) - t0 ))s"
    echo "$(( $(date +%s) - t0 ))" > /tmp/headline_wall_s)
+fi
+if step F; then
+  say "F start"
+  sites=""
+  wait_for fa4 && sites="sites={fa4: /tmp/site-fa4}"
+  PYTHONPATH=${sites:+/tmp/site-fa4:}/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider \
+    tests/test_engine_fa4_gpu.py > /tmp/pytest_fa4.log 2>&1
+  say "F test rc=$?"
+  rm -rf /tmp/p && mkdir -p /tmp/p && cp -r Snakefile rules workflow config src envs profiles pyproject.toml /tmp/p/
+  (cd /tmp/p
+   t0=$(date +%s)
+   env $CACHES PYTHONPATH=$SITE:$PWD/src timeout 900 python3 -m snakemake --cores 16 --resources gpu=1 \
+     --config profile=prefill ${sites:+"$sites"} --keep-going > /tmp/prefill.log 2>&1
+   rc=$?
+   say "F rc=$rc wall=$(( $(date +%s) - t0 ))s"
+   echo "$(( $(date +%s) - t0 ))" > /tmp/prefill_wall_s)
 fi
 if step T; then
   gpu_tests

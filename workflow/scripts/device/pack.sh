@@ -1,8 +1,8 @@
 #!/bin/bash
 # Logs and every result but model weights and caches, as one tar in $OUT.
 T=/tmp/pack && rm -rf $T && mkdir -p $T
-cp /tmp/bg.log /tmp/bg.out /tmp/*.log /tmp/headline_wall_s $T/ 2>/dev/null
-for d in /tmp/w /tmp/smoke; do
+cp /tmp/bg.log /tmp/bg.out /tmp/*.log /tmp/headline_wall_s /tmp/prefill_wall_s $T/ 2>/dev/null
+for d in /tmp/w /tmp/p /tmp/smoke; do
   [ -d $d/results ] && mkdir -p $T$d && (cd $d && tar cf - --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
     --exclude='results/.gpu_locks*' --exclude='results/.cache' --exclude='results/assets' results) | tar xf - -C $T$d
 done

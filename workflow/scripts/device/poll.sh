@@ -11,7 +11,7 @@ fi
 end=$((SECONDS + ${1:-60}))
 while [ $SECONDS -lt $end ] && ! grep -q "${2:-DONE}" /tmp/bg.log 2>/dev/null; do sleep 5; done
 cat /tmp/bg.log; tail -3 /tmp/smoke.log 2>/dev/null; tail -2 /tmp/pytest_gpu.log 2>/dev/null
-grep -h "Finished job\|Error in rule" /tmp/headline.log 2>/dev/null | tail -4
+grep -h "Finished job\|Error in rule" /tmp/headline.log /tmp/prefill.log 2>/dev/null | tail -4
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 bash "$(dirname "$0")/pack.sh"
 true
