@@ -219,6 +219,26 @@ def test_prefill_block_mask_covers_document_causal_mask():
     assert dense.sum(1).min() >= 1  # every row, padding included, sees at least itself
 
 
+def test_prefill_block_mask_with_empty_full_lists_attends_the_same():
+    """full_lists (FA4's flex backend refuses a mask without full-block lists): empty lists, the same attention."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from rollout_bench.engine.model_runner import prefill_block_mask
+
+    doc_start = torch.arange(256)
+    for a, b in [(0, 70), (70, 200), (200, 256)]:
+        doc_start[a:b] = a
+
+    def mask_mod(b, h, q, kv):
+        return (kv <= q) & (kv >= doc_start[q])
+
+    plain = prefill_block_mask(doc_start, 128, 64, mask_mod, "cpu")
+    full = prefill_block_mask(doc_start, 128, 64, mask_mod, "cpu", full_lists=True)
+    assert plain.full_kv_num_blocks is None and int(full.full_kv_num_blocks.sum()) == 0
+    q, k, v = torch.randn(3, 1, 2, 256, 16).unbind(0)  # [1, H, T, D] each
+    torch.testing.assert_close(flex_attention(q, k, v, block_mask=full), flex_attention(q, k, v, block_mask=plain))
+
+
 def test_compiled_kv_write_touches_only_the_new_rows():
     """pre_attention_writing compiled (as on CUDA) writes the same K/V as eager, in place, in decode and prefill
     shapes and on a layer past the first (its pair a view at an offset), and its time does not grow with the

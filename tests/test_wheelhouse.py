@@ -386,3 +386,19 @@ def test_offline_gpu_host_installs_carried_wheelhouses_once_then_runs(tmp_path):
     r = subprocess.run(["bash", script, "--version"], cwd=checkout, env=env, capture_output=True, text=True,
                        check=False)
     assert r.returncode == 0 and not (site / "tinypkg_c" / "__init__.py").exists()  # installed once per SITE
+
+
+def test_pth_files_of_a_target_install_work_from_pythonpath(tmp_path):
+    """A --target directory on PYTHONPATH is not a site directory: its .pth files (nvidia-cutlass-dsl's puts
+    `cutlass` on sys.path) are skipped unless `install --pth` wrote the sitecustomize that adds it as one."""
+    site = tmp_path / "site"
+    (site / "pkg" / "inner").mkdir(parents=True)
+    (site / "pkg" / "inner" / "hidden_mod.py").write_text("X = 1\n")
+    (site / "pkg.pth").write_text("import sys, os; sys.path.insert(0, os.path.join(%r, 'pkg', 'inner'))\n" % str(site))
+    probe = [sys.executable, "-c", "import hidden_mod"]
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
+    assert subprocess.run(probe, env=env, capture_output=True).returncode != 0
+    assert wh.process_pth(site)
+    assert subprocess.run(probe, env=env, capture_output=True).returncode == 0
+    (tmp_path / "plain").mkdir()
+    assert not wh.process_pth(tmp_path / "plain") and not (tmp_path / "plain" / "sitecustomize.py").exists()

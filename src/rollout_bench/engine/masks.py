@@ -44,12 +44,15 @@ def decode_mask_mod(slot: torch.Tensor, pos: torch.Tensor, logical: torch.Tensor
 
 
 def prefill_block_mask(doc_start: torch.Tensor, q_block: int, kv_block: int, mask_mod, device,
-                       window: int | None = None) -> BlockMask:
+                       window: int | None = None, full_lists: bool = False) -> BlockMask:
     """Block lists of the packed document-causal mask, built from doc_start [Tp] (non-decreasing).
 
     q block i sees kv blocks from its first row's document start (or window start, if later) to its
     last row: one contiguous range, all left as partial blocks (mask_mod is evaluated on each). Cheap,
-    where create_block_mask would evaluate the mask over all Tp x Tp pairs.
+    where create_block_mask would evaluate the mask over all Tp x Tp pairs. full_lists: also give empty full-block
+    lists (no block is full, so the lists say the same): FA4's flex backend (BACKEND='FLASH', torch 2.11) refuses a
+    mask without them ("Flash attention with block mask but without full blocks is not supported yet",
+    results/published/h200-2026-12-06-prefill-fa4).
     """
     Tp = doc_start.numel()
     assert Tp % q_block == 0
@@ -60,7 +63,8 @@ def prefill_block_mask(doc_start: torch.Tensor, q_block: int, kv_block: int, mas
     hi = (first + q_block - 1) // kv_block
     num = (hi - lo + 1).to(torch.int32).view(1, 1, nq)
     idx = (lo[:, None] + torch.arange(nkv)[None]).clamp(max=nkv - 1).to(torch.int32).view(1, 1, nq, nkv)
-    return BlockMask.from_kv_blocks(num.to(device), idx.to(device), BLOCK_SIZE=(q_block, kv_block),
+    full = (torch.zeros_like(num).to(device), torch.zeros_like(idx).to(device)) if full_lists else (None, None)
+    return BlockMask.from_kv_blocks(num.to(device), idx.to(device), *full, BLOCK_SIZE=(q_block, kv_block),
                                     mask_mod=mask_mod, seq_lengths=(Tp, Tp), compute_q_blocks=False)
 
 

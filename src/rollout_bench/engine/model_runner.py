@@ -248,7 +248,8 @@ class ModelRunner:
         dev = self.device
         ids, pos, addr = ids.to(dev), pos.to(dev), addr.to(dev)
         self.doc_start[:Tp].copy_(doc_start)
-        block_masks = {w: prefill_block_mask(doc_start, self.q_block, 128, self.prefill_masks[w], dev, w)
+        block_masks = {w: prefill_block_mask(doc_start, self.q_block, 128, self.prefill_masks[w], dev, w,
+                                             full_lists=self.fa4_reason is None)
                        for w in self.windows}
         rope = {key: (cos[pos][None], sin[pos][None]) for key, (cos, sin) in self.rope.items()}  # [1, Tp, D]
         h, layer_inputs = self.arch.embed(self.lm, ids[None])  # [1, Tp, hidden], [1, Tp, L, Dp] or None

@@ -533,6 +533,25 @@ def rebatch(directory, batch_mb: float) -> dict:
 
 # --- install ------------------------------------------------------------------------------------
 
+SITECUSTOMIZE = """# written by rollout_bench.host.wheelhouse install --pth: this directory is a PYTHONPATH entry, not a
+# site directory, so Python would skip its .pth files (nvidia-cutlass-dsl's puts its `cutlass` package on sys.path)
+import os, site
+site.addsitedir(os.path.dirname(os.path.abspath(__file__)))
+"""
+
+
+def process_pth(target) -> bool:
+    """Make the .pth files of a --target install take effect when `target` is first on PYTHONPATH: a sitecustomize
+    that adds it as a site directory (Python imports the first sitecustomize on sys.path). False: no .pth there."""
+    target = Path(target)
+    if not any(target.glob("*.pth")):
+        return False
+    assert not (target / "sitecustomize.py").exists() or "wheelhouse install --pth" in (
+        target / "sitecustomize.py").read_text(), f"{target}/sitecustomize.py is a package's own"
+    (target / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return True
+
+
 def install(directory, target, *, python: str = sys.executable, compile_pyc: bool = False) -> list[str]:
     """Reassemble and verify every wheel of the manifest, then pip-install them offline into target."""
     directory = Path(directory)
@@ -585,6 +604,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--target", required=True)
     i.add_argument("--python", default=sys.executable)
     i.add_argument("--compile", action="store_true", help="byte-compile (default: --no-compile)")
+    i.add_argument("--pth", action="store_true",
+                   help="make the target's .pth files work from PYTHONPATH (a sitecustomize; the fa4 group's "
+                        "nvidia-cutlass-dsl needs it)")
     rb = sub.add_parser("rebatch", help="lay a built wheelhouse out in smaller batches (no download)")
     rb.add_argument("directory")
     rb.add_argument("--batch-mb", type=float, required=True, help="at most this many MiB a batch (and a part)")
@@ -612,6 +634,8 @@ def _rebatch(args) -> None:
 
 def _install(args) -> None:
     names = install(args.directory, args.target, python=args.python, compile_pyc=args.compile)
+    if args.pth and process_pth(args.target):
+        print(f"{args.target}/sitecustomize.py: its .pth files take effect from PYTHONPATH")
     print(f"installed {len(names)} wheels into {args.target}; use it with PYTHONPATH={args.target}")
 
 
