@@ -27,6 +27,8 @@ for _g in GEN_GROUPS:
             backend=_g.backend,
             variant=_g.variant,
             model=_g.model_slug,
+            # bound here: the shell's f-string is evaluated again when the job runs, with the loop's last _g
+            site=site_of(_g.backend, _g.variant),
         log:
             f"results/logs/generate/{_g.key}.log",
         benchmark:
@@ -37,8 +39,7 @@ for _g in GEN_GROUPS:
         conda:
             backend_env_of(_g.backend, _g.variant)
         shell:
-            # a command unchanged for every job whose group has no site (no rerun where `sites` is not set)
-            f"{site_of(_g.backend, _g.variant)}{LEASE_JOB}{{params.alone}}--pin '{{params.pin}}' -- "
+            f"{{params.site}}{LEASE_JOB}{{params.alone}}--pin '{{params.pin}}' -- "
             "python -m rollout_bench generate --backend {params.backend} --variant {params.variant} "
             "--model {params.model} --cells {params.cells:q} --model-dir {params.model_dir} "
             "--adapter '{params.adapter}' --autotune '{input.autotune}' --cache-dir '{params.cache}' "

@@ -499,6 +499,8 @@ def test_the_prefill_case_is_a_job_of_its_own_with_long_prompts(raw):
     assert g.record == "results/generate/qwen3-4b/flex/graphs/job-base-prefill.json"
     assert [(c.case, c.batch_size) for c in g.cells] == [("prefill", 8), ("prefill", 64)]
     assert all(c.case != "prefill" for k, g in groups.items() if k not in own for c in g.cells)
+    for v in ("paged_sdpa", "paged_flash_attention_4"):  # backend_batch_sizes: its B = 64 rounds took 148 s each
+        assert [c.batch_size for c in own[f"qwen3-4b/transformers_cb/{v}/base-prefill"].cells] == [8]
     wl = jobs.job_workload(cfg, "qwen3-4b", "vllm", "prefill", 64)
     assert wl["long_prompts"] and wl["prompt_tokens"] == [2048, 8192] and wl["max_new_tokens"] == 64
     assert wl["prefill_rate"]  # its cells alone make the prefill-only call (generation/prefill.py)
@@ -530,6 +532,19 @@ def test_the_prefill_profile_is_the_prefill_case_alone_with_fa4_beside_each_engi
                                                "transformers_cb/paged_flash_attention_4")}
     gpu = config.resolve({**raw, "profile": "gpu"})
     assert cfg["workload"]["cases"]["prefill"] == gpu["workload"]["cases"]["prefill"]  # one case, two profiles
+
+
+def test_a_cases_backend_batch_sizes_are_a_subset_of_its_own(raw):
+    """backend_batch_sizes: a backend runs the case at those batch sizes only, the others at all of them; a backend
+    the case does not run, or a batch size the case has not, is an error naming the field."""
+    case = {"lora": False, "batch_sizes": [2, 4], "backends": ["flex", "hf_generate"]}
+    cfg = resolve_with(raw, profiles__cpu__workload__cases={"c": {**case, "backend_batch_sizes": {"hf_generate": [4]}}})
+    sizes = {(j.backend, j.batch_size) for j in jobs.gen_jobs(cfg) if j.model == cfg["models"][0]}
+    assert sizes == {("flex", 2), ("flex", 4), ("hf_generate", 4)}
+    for bad, why in [({"vllm": [4]}, r"'vllm' is not a backend this case runs \(flex, hf_generate\)"),
+                     ({"hf_generate": [8]}, r"\[8\] not in the case's batch_sizes \[2, 4\]")]:
+        with pytest.raises(ConfigError, match=r"^config error at workload.cases.c.backend_batch_sizes\.\w+: " + why):
+            resolve_with(raw, profiles__cpu__workload__cases={"c": {**case, "backend_batch_sizes": bad}})
 
 
 def test_sites_put_a_groups_directory_first_on_its_jobs_path(raw, tmp_path):

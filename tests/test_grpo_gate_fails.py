@@ -63,21 +63,34 @@ class BrokenEngine:
         return outs
 
 
-def faulty_sampler(real, kind):
-    """The engine's sampler (engine/sampler.sample) with one fault in its draws or its logprobs."""
+def faulty_sampler(real, real_temperature, kind):
+    """The engine's sampler (engine/sampler.sample, and sample_temperature, the path decode takes where no row
+    truncates) with one fault in its draws or its logprobs."""
+
+    def biased(logits):  # a logit processor left on: +0.05 nats on the upper half of the vocabulary
+        logits = logits.clone()
+        logits[:, logits.shape[-1] // 2:] += 0.05
+        return logits
+
+    def rescored(logits, tokens, temperature):  # drawn at the run's temperature, scored at 0.9 of it
+        t = torch.where(temperature > 0, 0.9 * temperature, torch.ones_like(temperature))  # [B]
+        return torch.log_softmax(logits / t[:, None], -1).gather(1, tokens[:, None])[:, 0]
+
+    assert kind in ("bias", "temperature"), kind
 
     def sample(logits, p, positions, how, cap, processed=False):  # logits [B, V]
-        if kind == "bias":  # a logit processor left on: +0.05 nats on the upper half of the vocabulary
-            logits = logits.clone()
-            logits[:, logits.shape[-1] // 2:] += 0.05
-            return real(logits, p, positions, how, cap, processed)
-        tokens, lp = real(logits, p, positions, how, cap, processed)
-        assert kind == "temperature", kind
-        # drawn at the run's temperature, scored at 0.9 of it
-        t = torch.where(p.temperature > 0, 0.9 * p.temperature, torch.ones_like(p.temperature))  # [B]
-        return tokens, torch.log_softmax(logits / t[:, None], -1).gather(1, tokens[:, None])[:, 0]
+        if kind == "bias":
+            return real(biased(logits), p, positions, how, cap, processed)
+        tokens, _ = real(logits, p, positions, how, cap, processed)
+        return tokens, rescored(logits, tokens, p.temperature)
 
-    return sample
+    def sample_temperature(logits, temperature, seed, positions):
+        if kind == "bias":
+            return real_temperature(biased(logits), temperature, seed, positions)
+        tokens, _ = real_temperature(logits, temperature, seed, positions)
+        return tokens, rescored(logits, tokens, temperature)
+
+    return sample, sample_temperature
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +101,7 @@ def runs(tiny_warm, tmp_path_factory, one_torch_thread):
     from rollout_bench.assets import lora
     from rollout_bench.engine import sampler
 
-    real_sample = sampler.sample
+    real_sample, real_temperature = sampler.sample, sampler.sample_temperature
     d = tmp_path_factory.mktemp("gate")
     lora.build(tiny_warm["dir"], d / "lora", 32, 64, list(LORA_TARGETS), 1e-4, 0)
     build = flex_rollout.build_engine
@@ -98,14 +111,15 @@ def runs(tiny_warm, tmp_path_factory, one_torch_thread):
                                                      "seed": seed}}
         flex_rollout.build_engine = (lambda *a: BrokenEngine(build(*a), **fault)) if fault else build
         if sampler_fault:
-            sampler.sample = faulty_sampler(real_sample, sampler_fault)
+            # the runner takes sample_temperature when it is built: patched before run_job builds it
+            sampler.sample, sampler.sample_temperature = faulty_sampler(real_sample, real_temperature, sampler_fault)
         try:
             rec = job.run_job(backend=backend, model="qwen3-tiny-warm", workload=wl, model_dir=str(tiny_warm["dir"]),
                               adapter_dir=str(d / "lora"), dataset_dir=str(tiny_warm["dataset"]), steps=steps,
                               out=str(d / f"{name}.json"))
         finally:
             flex_rollout.build_engine = build
-            sampler.sample = real_sample
+            sampler.sample, sampler.sample_temperature = real_sample, real_temperature
         assert rec["status"] == "ok", rec["reason"]
         return d / f"{name}.json"
 

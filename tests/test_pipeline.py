@@ -217,6 +217,25 @@ def test_only_the_fa4_groups_jobs_get_its_site(workdir, tmp_path):
     assert commands(out.replace(export, "")) == commands(plain)
 
 
+def test_a_groups_site_reaches_its_jobs_processes_alone(tmp_path):
+    """Run, not dry-run: the site is on the PYTHONPATH of the processes of the fa4 group's job and of no other job
+    (a shell f-string is evaluated again when a job runs: a loop variable there would name the last job's group).
+    The site's sitecustomize records each process that imports it."""
+    (tmp_path / "wf").mkdir()
+    d = copy_tree(tmp_path / "wf")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nopen(os.path.join(os.path.dirname(__file__), f'seen-{os.getpid()}'), 'wb').write("
+        "open('/proc/self/cmdline', 'rb').read())\n")
+    jobs = [f"results/generate/qwen3-tiny/transformers_cb/{v}/job-base.json"
+            for v in ("paged_sdpa", "paged_flash_attention_4")]
+    snakemake(d, "--cores", "2", *jobs, "--config", "variants={transformers_cb: [paged_sdpa, paged_flash_attention_4]}",
+              f"sites={{fa4: {site}}}")
+    seen = [p.read_bytes().replace(b"\0", b" ").decode() for p in site.glob("seen-*")]
+    assert seen and all("--variant paged_flash_attention_4" in c for c in seen), seen
+
+
 def test_crashed_job_leaves_no_stats_and_others_finish(workdir, tmp_path):
     broken = tmp_path / "broken-model"
     shutil.copytree(workdir / "results/assets/models/qwen3-tiny", broken)

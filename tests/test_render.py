@@ -98,3 +98,15 @@ def test_a_long_prompt_case_without_prefill_rate_says_its_prefill_was_not_measur
     md = render.generation_table(df, "vllm")
     assert "### m — long (prefill-heavy: long prompts;" in md
     assert "| — (not measured: prefill_rate off) | — | vllm |" in md
+
+
+def test_a_failure_reason_with_a_traceback_stays_in_its_row():
+    """A reason's newlines would end the markdown row and its pipes split it: one line, pipes escaped."""
+    df = pd.DataFrame([{**row("flex", "greedy", 8, None, status="failed", variant="fa4"), "ignore_eos": True,
+                        "reason": "building the engine: InductorError:\n  File 'x', line 3\n    a | b\nOutOfMemoryError"},
+                       {**row("vllm", "greedy", 8, 100.0), "ignore_eos": True}])
+    lines = render.generation_table(df, "vllm").splitlines()
+    mine = [line for line in lines if "building the engine" in line]
+    assert len(mine) == 1 and mine[0].endswith(
+        "| failed: building the engine: InductorError: File 'x', line 3 a \\| b OutOfMemoryError |"), mine
+    assert not any(line.startswith("  ") for line in lines)

@@ -6,7 +6,7 @@ import sys
 
 import yaml
 
-from rollout_bench import ROOT
+from rollout_bench import ROOT, backends
 from rollout_bench.pipeline import config, jobs, smoke
 
 
@@ -16,9 +16,14 @@ def resolved(profile: str) -> dict:
 
 
 def test_smoke_profile_covers_every_gpu_code_path():
-    gpu, sm = resolved("gpu"), resolved("smoke")
+    """Every backend x variant x (LoRA or not) the gpu profile runs: in the smoke run where its job runs in the
+    core environment, in the prefill profile's run (given the group's site) where it needs the fa4 group (in the
+    smoke run's core environment such a job could only be skipped)."""
+    gpu, sm, pre = resolved("gpu"), resolved("smoke"), resolved("prefill")
     paths = lambda cfg: {(j.backend, j.variant, cfg["workload"]["cases"][j.case]["lora"]) for j in jobs.gen_jobs(cfg)}
-    assert paths(gpu) <= paths(sm)  # every backend x variant x (LoRA or not) the gpu profile runs
+    fa4 = {p for p in paths(gpu) if backends.env_group(p[0], p[1]) == "fa4"}
+    assert fa4 == {("flex", "fa4", False), ("transformers_cb", "paged_flash_attention_4", False)}
+    assert paths(gpu) - fa4 <= paths(sm) and fa4 <= paths(pre)
     assert set(gpu["train_backends"]) == set(sm["train_backends"])
     assert sm["autotune"]["enabled"] and config.uses_gpu(sm)
     assert sm["train"]["steps"] == 2 and sm["gpu"]["jobs_per_gpu"] >= 1

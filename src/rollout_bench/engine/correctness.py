@@ -86,12 +86,14 @@ def judge(reference, prompts: list[list[int]], continuations: list[list[int]], t
     dev = reference.device
     scale = 1.0 if sampled_at is None else float(sampled_at)
 
+    # logits from the prompt's last position only: a long prompt's full [T, V] float32 logits (8k tokens x a 152k
+    # vocabulary: 5 GB) would be made to keep one row
     def first(model):  # [n, V]
-        return torch.stack([reference_logits(model, torch.tensor([p], device=model.device))[-1].to(dev)
+        return torch.stack([reference_logits(model, torch.tensor([p], device=model.device), len(p) - 1)[-1].to(dev)
                             for p in prompts])
 
     def forced(model):  # per prompt [T, V]: the logits that chose each generated token
-        return [reference_logits(model, torch.tensor([p + list(c)], device=model.device))[len(p) - 1:-1].to(dev)
+        return [reference_logits(model, torch.tensor([p + list(c)], device=model.device), len(p) - 1)[:-1].to(dev)
                 for p, c in zip(prompts, continuations)]
 
     def token_lps(forced_logits):  # per prompt [T]: log_softmax(logits / T) of each generated token

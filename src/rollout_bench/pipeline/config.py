@@ -312,6 +312,14 @@ def _check_case(cfg: dict, name: str, case: dict) -> None:
         if "max_new_tokens" in case:
             raise ConfigError(f"config error at workload.cases.{name}.max_new_tokens: a trace case's budgets "
                               f"come from its trace (the longest is its max_new_tokens): drop the key")
+    for b, sizes in (case.get("backend_batch_sizes") or {}).items():
+        where = f"config error at workload.cases.{name}.backend_batch_sizes.{b}"
+        if b not in backends.NAMES or (case.get("backends") and b not in case["backends"]):
+            raise ConfigError(f"{where}: {b!r} is not a backend this case runs "
+                              f"({', '.join(case.get('backends') or backends.NAMES)}): drop it or add it to the case")
+        if not set(sizes) <= set(case["batch_sizes"]):
+            raise ConfigError(f"{where}: {sorted(set(sizes) - set(case['batch_sizes']))} not in the case's "
+                              f"batch_sizes {case['batch_sizes']}: a backend runs a subset of them")
     for bs in case["batch_sizes"]:
         if bs % case["num_generations"]:
             raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: {bs} is not a multiple "

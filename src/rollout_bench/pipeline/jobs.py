@@ -179,6 +179,11 @@ def prompt_offset(cfg: dict, model: str, case_name: str, batch_size: int) -> int
     raise AssertionError(f"{model} runs no cell {case_name} B = {batch_size}")
 
 
+def case_batch_sizes(case: dict, backend: str) -> list[int]:
+    """The batch sizes `backend` runs `case` at: the case's, or its backend_batch_sizes entry (a subset of them)."""
+    return (case.get("backend_batch_sizes") or {}).get(backend, case["batch_sizes"])
+
+
 def gen_jobs(cfg: dict) -> list[GenJob]:
     jobs = []
     for name, case in cfg["workload"]["cases"].items():
@@ -187,7 +192,7 @@ def gen_jobs(cfg: dict) -> list[GenJob]:
                 if case.get("backends") and backend not in case["backends"]:
                     continue
                 for variant in variants(cfg, backend, case):
-                    for bs in case["batch_sizes"]:
+                    for bs in case_batch_sizes(case, backend):
                         jobs.append(GenJob(model, backend, variant, name, bs))
     return jobs
 

@@ -6,8 +6,6 @@ import pandas as pd
 
 from ..core import atomic
 
-STATUS_MARK = {"skipped": "skipped", "failed": "failed (gate)"}
-
 
 def fmt(v, spec=",.0f"):
     return "" if v is None or pd.isna(v) else format(v, spec)
@@ -115,8 +113,13 @@ def _bandwidth(r) -> str:
     return bandwidth(getattr(r, "decode_gb_per_s", None), getattr(r, "of_copy_rate", None))
 
 
+def one_line(text) -> str:
+    """Text for one markdown table cell: a traceback's newlines would end the row, its pipes split it."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def _status(r) -> str:
-    return "ok" if r.status == "ok" else f"{STATUS_MARK[r.status]}: {r.reason}"
+    return "ok" if r.status == "ok" else f"{r.status}: {one_line(r.reason)}"
 
 
 def _eos_section(model: str, case: str, g: pd.DataFrame, reference: str) -> list[str]:
