@@ -96,6 +96,31 @@ def test_a_pair_is_one_folder_one_gpu_each_job_alone(tmp_path):
     assert row[-2] == "own" and row[-1] == "2026-12-01 [`h200-2026-12-01-a`](results/published/h200-2026-12-01-a/)"
 
 
+def _job(root, folder, backend, cells, *, uuid, minute, wall_s):
+    """The record of one generation job (one process) that ran `cells` [(case, bs)], written beside them."""
+    variant = _template(backend)["variant"]
+    rec = {"kind": "generate_job", "backend": backend, "variant": variant, "model": "qwen3-4b",
+           "started_at": f"2026-12-01T10:{minute:02d}:00+00:00", "wall_s": wall_s, "env": {"gpu_uuids": [uuid]},
+           "cells": [{"out": f"results/generate/qwen3-4b/{backend}/{variant}/{case}/bs{bs}.json"} for case, bs in cells]}
+    out = root / folder / "runs/generate/qwen3-4b" / backend / variant / "job-base.json"
+    out.write_text(json.dumps(rec))
+
+
+def test_a_jobs_own_record_and_its_other_cells_are_not_beside_it(tmp_path):
+    """One process serves a job's cells one after the other: its record's window spans them, and one cell's window
+    (started_at to the second) can reach into the next's. Neither makes a cell 'beside other jobs'; another job's
+    record on the GPU during a cell still does."""
+    _gen(tmp_path, "h200-a", "flex", 2000.0, uuid="u1", minute=0)  # each wall 57 s: B = 64 starts 50 s into B = 8's
+    _gen(tmp_path, "h200-a", "flex", 9000.0, uuid="u1", minute=1, bs=64)
+    _job(tmp_path, "h200-a", "flex", [("sweep", 8), ("sweep", 64)], uuid="u1", minute=0, wall_s=200.0)
+    _gen(tmp_path, "h200-a", "vllm", 1000.0, uuid="u1", minute=10)
+    _gen(tmp_path, "h200-a", "vllm", 3000.0, uuid="u1", minute=12, bs=64)
+    _job(tmp_path, "h200-a", "vllm", [("sweep", 8)], uuid="u1", minute=10, wall_s=200.0)  # B = 64 is not its cell
+    df = standings.generation_frame(tmp_path).set_index(["backend", "batch_size"])
+    assert df.overlaps.to_dict() == {("flex", 8): 0, ("flex", 64): 0, ("vllm", 8): 0, ("vllm", 64): 1}
+    assert [r[5:9] for r in _rows(_table(tmp_path))] == [["8", "2,000", "1,000", "**2.00**"]]
+
+
 def test_stats_that_do_not_say_who_was_beside_them_still_pair(tmp_path):
     """Stats before 2026-11-30 have no isolation record; a pair of them counts (the window check still holds)."""
     _gen(tmp_path, "h200-a", "flex", 2000.0, uuid="u1", minute=0, isolation=False)

@@ -6,7 +6,7 @@ Only a pair measured side by side counts: the two backends' jobs in one publicat
 the same GPU (the UUIDs their stats record), each alone on it: no other lease overlapped its timed rounds where its
 stats say (stats before 2026-11-30, and jobs run without a lease, do not), and no other published job that ran on that
 GPU (any kind, smoke runs too) overlapped the job's wall (two sessions' jobs leasing from different lock directories
-do not see each other's leases). Per cell (model, case, LoRA, sampling, completions per prompt,
+do not see each other's leases; a cell's own generation job, its record and its other cells, is no other). Per cell (model, case, LoRA, sampling, completions per prompt,
 batch) a backend's run is its fastest ok variant in that folder on that GPU, as in the pipeline's own head-to-head.
 A stats file copied unchanged into later folders counts once, in the earliest folder. Smoke runs are left out:
 their jobs share the GPU eight at a time.
@@ -54,23 +54,44 @@ def _window(started_at, wall_s) -> tuple[pd.Timestamp, pd.Timestamp]:
     return t0, t0 + pd.Timedelta(seconds=float(wall_s))
 
 
-def _on_gpu(recs: list[tuple[Path, dict]]) -> list[tuple[set, pd.Timestamp, pd.Timestamp]]:
-    """Every published job of any kind that used a GPU (not `skipped`): its GPUs and its wall's window."""
-    out = []
-    for _, r in recs:
+def _on_gpu(recs: list[tuple[Path, dict]]) -> list[tuple[frozenset, pd.Timestamp, pd.Timestamp, frozenset]]:
+    """Every published job of any kind that used a GPU (not `skipped`): its GPUs, its wall's window and the paths of
+    its stats (one window's copies in later folders count once)."""
+    out: dict[tuple, set] = {}
+    for p, r in recs:
         uuids = (r.get("env") or {}).get("gpu_uuids")
         if uuids and r.get("status") != "skipped" and r.get("started_at") and r.get("wall_s") is not None:
-            out.append((set(uuids), *_window(r["started_at"], r["wall_s"])))
-    return sorted(set((frozenset(u), t0, t1) for u, t0, t1 in out), key=lambda x: x[1])
+            out.setdefault((frozenset(uuids), *_window(r["started_at"], r["wall_s"])), set()).add(str(p))
+    return sorted(((*k, frozenset(v)) for k, v in out.items()), key=lambda x: x[1])
 
 
-def _overlaps(df: pd.DataFrame, busy: list) -> list[int]:
-    """How many other jobs on the same GPU overlapped each row's wall (a copy of the row itself is no other)."""
+def _same_job(recs: list[tuple[Path, dict]]) -> dict[str, frozenset]:
+    """A generation cell's stats path -> the paths of its job's record and of every cell of that job. One process
+    runs a job's cells one after the other: its record's window spans them, and a cell's window (started_at to the
+    second) can touch the next cell's; neither is a neighbour."""
+    out = {}
+    for p, r in recs:
+        if r.get("kind") == "generate_job" and r.get("cells"):
+            # the record sits in its cells' variant directory: results/generate/<model>/<backend>/<variant>/
+            variant_dir = Path(r["cells"][0]["out"]).parent.parent.relative_to("results")
+            top = p.parent.parents[len(variant_dir.parts) - 1]
+            cells = [str(top / Path(c["out"]).relative_to("results")) for c in r["cells"]]
+            family = frozenset([str(p), *cells])
+            out.update({c: family for c in cells})
+    return out
+
+
+def _overlaps(df: pd.DataFrame, busy: list, same_job: dict[str, frozenset] | None = None) -> list[int]:
+    """How many other jobs on the same GPU overlapped each row's wall (a copy of the row itself, and the row's own
+    generation job, its record and its other cells, are no other)."""
     counts = []
-    for uuids, start, wall in zip(df.gpu_uuids, df.started_at, df.wall_s):
+    paths = df.path if "path" in df else [None] * len(df)
+    for uuids, start, wall, path in zip(df.gpu_uuids, df.started_at, df.wall_s, paths):
         mine = set(uuids.split(",")) - {""}
+        own = (same_job or {}).get(str(path), frozenset()) | {str(path)}
         t0, t1 = _window(start, wall)
-        counts.append(sum(1 for u, s0, s1 in busy if u & mine and s0 < t1 and t0 < s1 and (s0, s1) != (t0, t1)))
+        counts.append(sum(1 for u, s0, s1, ps in busy
+                          if u & mine and s0 < t1 and t0 < s1 and (s0, s1) != (t0, t1) and not ps & own))
     return counts
 
 
@@ -95,7 +116,7 @@ def generation_frame(root, recs=None) -> pd.DataFrame:
     df = aggregate.generation_frame([str(p) for p in paths])
     df = df.assign(folder=[_folder(p, root) for p in paths], peak_gb=peak_gb)
     df = _once(df[df.gpu_name != "cpu"], GEN_KEY)
-    return df.assign(overlaps=_overlaps(df, _on_gpu(recs)))
+    return df.assign(overlaps=_overlaps(df, _on_gpu(recs), _same_job(recs)))
 
 
 def train_frame(root, recs=None) -> pd.DataFrame:
