@@ -207,6 +207,13 @@ def site_of(backend, variant):
     return rb_config.site_prefix(CFG, rb_backends.env_group(backend, variant))
 
 
+def probe_of(backend, variant):
+    """What decides a `skipped` result (packages, GPUs), and what its group's site holds where it has one: a rerun
+    when either changes. Without a site, the probe of every job of the backend."""
+    site = rb_config.site_packages(CFG, rb_backends.env_group(backend, variant))
+    return rb_backends.fingerprint(backend) + (f" site:{site}" if site else "")
+
+
 def train_sources(wc):
     return code("grpo.cli:_train", "host.gpu_lease",
                 skip_lazy=rb_sources.other_backends(wc.backend, rb_grpo_availability.NAMES))

@@ -17,8 +17,8 @@ for _g in GEN_GROUPS:
             job=_g.record,
         params:
             cells=group_cells(_g),
-            # re-evaluates a `skipped` result when what decides it changes (packages, GPUs)
-            probe=rb_backends.fingerprint(_g.backend),
+            # re-evaluates a `skipped` result when what decides it changes (packages, GPUs, the group's site)
+            probe=probe_of(_g.backend, _g.variant),
             model_dir=lambda wc, g=_g: model_dir(g.model_slug),
             adapter=lambda wc, g=_g: lora_dir(g.model_slug) if g.lora else "",
             pin=",".join(map(str, CFG["gpu"]["pin"].get(_g.backend, []))),

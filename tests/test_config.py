@@ -532,6 +532,8 @@ def test_the_prefill_profile_is_the_prefill_case_alone_with_fa4_beside_each_engi
                                                "transformers_cb/paged_flash_attention_4")}
     gpu = config.resolve({**raw, "profile": "gpu"})
     assert cfg["workload"]["cases"]["prefill"] == gpu["workload"]["cases"]["prefill"]  # one case, two profiles
+    # its first run's B = 8 rounds spread 25-35%: a cell above 5% is measured again, once
+    assert (cfg["workload"]["max_round_spread"], cfg["workload"]["spread_retries"]) == (0.05, 1)
 
 
 def test_a_cases_backend_batch_sizes_are_a_subset_of_its_own(raw):
@@ -541,6 +543,8 @@ def test_a_cases_backend_batch_sizes_are_a_subset_of_its_own(raw):
     cfg = resolve_with(raw, profiles__cpu__workload__cases={"c": {**case, "backend_batch_sizes": {"hf_generate": [4]}}})
     sizes = {(j.backend, j.batch_size) for j in jobs.gen_jobs(cfg) if j.model == cfg["models"][0]}
     assert sizes == {("flex", 2), ("flex", 4), ("hf_generate", 4)}
+    # in the case's order, whatever the entry's (one job's cells keep the config's order for every backend)
+    assert jobs.case_batch_sizes({**case, "backend_batch_sizes": {"flex": [4, 2]}}, "flex") == [2, 4]
     for bad, why in [({"vllm": [4]}, r"'vllm' is not a backend this case runs \(flex, hf_generate\)"),
                      ({"hf_generate": [8]}, r"\[8\] not in the case's batch_sizes \[2, 4\]")]:
         with pytest.raises(ConfigError, match=r"^config error at workload.cases.c.backend_batch_sizes\.\w+: " + why):
@@ -555,6 +559,11 @@ def test_sites_put_a_groups_directory_first_on_its_jobs_path(raw, tmp_path):
     cfg = resolve_with(raw, sites={"fa4": str(site)})
     assert config.site_prefix(cfg, "fa4") == f"export PYTHONPATH='{site}':$PYTHONPATH; "
     assert config.site_prefix(cfg, "core") == "" and config.site_prefix(resolve_with(raw), "fa4") == ""
+    # what the site holds is part of its jobs' probe: an install there reruns their `skipped` results
+    assert config.site_packages(cfg, "fa4") == "" and config.site_packages(cfg, "core") == ""
+    for name in ("nvidia_cutlass_dsl-4.8.1.dist-info", "flash_attn_4-4.0.0b36.dist-info"):
+        (site / name).mkdir()
+    assert config.site_packages(cfg, "fa4") == "flash_attn_4-4.0.0b36,nvidia_cutlass_dsl-4.8.1"
     with pytest.raises(ConfigError, match=r"^config error at sites\.fa4: .* is not a directory; install the group "
                                           r"there \(pip install --target"):
         resolve_with(raw, sites={"fa4": str(tmp_path / "missing")})

@@ -349,6 +349,16 @@ def site_prefix(cfg: dict, group: str) -> str:
     return f"export PYTHONPATH={shlex.quote(str(Path(path).resolve()))}:$PYTHONPATH; " if path else ""
 
 
+def site_packages(cfg: dict, group: str) -> str:
+    """What environment group `group`'s site directory (`sites`) holds, 'name-version' of each installed
+    distribution, sorted; '' where it has none. A job's probe: a package installed into the site reruns the group's
+    `skipped` jobs (Snakemake's own process, which computes the probe, does not import from the site)."""
+    path = cfg["sites"].get(group)
+    if not path:
+        return ""
+    return ",".join(sorted(d.name.removesuffix(".dist-info") for d in Path(path).glob("*.dist-info")))
+
+
 def variants(cfg: dict, backend: str, case: dict | None = None) -> list[str]:
     """A case's own variants for the backend, else the top-level ones, else its first variant."""
     own = (case or {}).get("variants", {}).get(backend)

@@ -181,7 +181,8 @@ def prompt_offset(cfg: dict, model: str, case_name: str, batch_size: int) -> int
 
 def case_batch_sizes(case: dict, backend: str) -> list[int]:
     """The batch sizes `backend` runs `case` at: the case's, or its backend_batch_sizes entry (a subset of them)."""
-    return (case.get("backend_batch_sizes") or {}).get(backend, case["batch_sizes"])
+    own = (case.get("backend_batch_sizes") or {}).get(backend)
+    return [b for b in case["batch_sizes"] if own is None or b in own]  # in the case's order, as every backend's
 
 
 def gen_jobs(cfg: dict) -> list[GenJob]:
