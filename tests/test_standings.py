@@ -57,8 +57,10 @@ def _table(root) -> str:
     return standings.generation_table(standings.generation_frame(root))
 
 
-def _rows(md: str) -> list[list[str]]:
-    return [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| qwen3")]
+def _rows(md: str, gpu: str = "H200") -> list[list[str]]:
+    """The table's rows of `gpu`, without that column."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| qwen3")]
+    return [r[:1] + r[2:] for r in rows if r[1] == gpu]
 
 
 def test_a_pair_is_one_folder_one_gpu_each_job_alone(tmp_path):
@@ -121,6 +123,20 @@ def test_a_jobs_own_record_and_its_other_cells_are_not_beside_it(tmp_path):
     assert [r[5:9] for r in _rows(_table(tmp_path))] == [["8", "2,000", "1,000", "**2.00**"]]
 
 
+def test_a_cell_is_per_gpu_model_so_a_newer_pair_on_another_gpu_hides_no_older_one(tmp_path):
+    """A ratio on an H200 and one on an H100 are two findings: a row each, each side's other runs per GPU model."""
+    _gen(tmp_path, "h200-a", "flex", 2000.0, uuid="u1", minute=0)
+    _gen(tmp_path, "h200-a", "vllm", 1000.0, uuid="u1", minute=10)
+    for backend, tps, minute in (("flex", 1500.0, 20), ("vllm", 1500.0, 30)):
+        path = _gen(tmp_path, "h100-b", backend, tps, uuid="u2", minute=minute)
+        rec = json.loads(path.read_text())
+        rec["env"]["gpu_name"] = "NVIDIA H100 80GB HBM3"
+        path.write_text(json.dumps(rec))
+    md = _table(tmp_path)
+    assert [r[5:9] for r in _rows(md)] == [["8", "2,000", "1,000", "**2.00**"]]
+    assert [r[5:11] for r in _rows(md, "H100 80GB HBM3")] == [["8", "1,500", "1,500", "**1.00**", "—", "—"]]
+
+
 def test_stats_that_do_not_say_who_was_beside_them_still_pair(tmp_path):
     """Stats before 2026-11-30 have no isolation record; a pair of them counts (the window check still holds)."""
     _gen(tmp_path, "h200-a", "flex", 2000.0, uuid="u1", minute=0, isolation=False)
@@ -152,11 +168,12 @@ def test_cells_without_a_pair_are_named_under_the_table_and_never_compared(tmp_p
     (row,) = _rows(md)
     assert row[:9] == ["qwen3-4b", "greedy", "0", "greedy", "1", "64", "2,000", "skipped", "—"]
     assert row[-2] == "—"  # re-sent prompts favour vLLM's prefix cache: nothing to say without vLLM
-    assert "qwen3-4b greedy B = 64: vllm skipped: vLLM says no." in md
-    assert ("Measured, each alone on a GPU, but never side by side (tok/s; not comparable): qwen3-4b sweep B = 16: "
-            "flex 3,000 (`h200-a`), vllm 1,000 (`h200-b`).") in md
-    assert "Measured alone with one of the two (tok/s): qwen3-4b sweep B = 32: flex 4,000 (`h200-a`), vllm not run." in md
-    assert "No figure of either alone on a GPU: qwen3-4b sweep B = 128: flex not run, vllm skipped." in md
+    assert "qwen3-4b greedy B = 64 (H200): vllm skipped: vLLM says no." in md
+    assert ("Measured, each alone on a GPU, but never side by side (tok/s; not comparable): qwen3-4b sweep B = 16 "
+            "(H200): flex 3,000 (`h200-a`), vllm 1,000 (`h200-b`).") in md
+    assert ("Measured alone with one of the two (tok/s): qwen3-4b sweep B = 32 (H200): flex 4,000 (`h200-a`), vllm not run."
+            in md)
+    assert "No figure of either alone on a GPU: qwen3-4b sweep B = 128 (H200): flex not run, vllm skipped." in md
     # one model's cells together, by batch: the table row (B = 64) and the lists keep that order
     cells = standings.cells(standings.generation_frame(tmp_path), "flex", "vllm", standings.GEN_KEY, "decode_tps")
     assert [c.key["batch_size"] for c in cells] == [16, 32, 64, 128]
@@ -180,13 +197,13 @@ def test_grpo_pairs_are_side_by_side_too_and_a_frozen_control_is_no_rollout(tmp_
     _train(tmp_path, "h200-a", "vllm", 2.5, uuid="u1", minute=10, neighbours=7)
     md = standings.train_table(standings.train_frame(tmp_path))
     assert md.startswith("No GRPO run of flex and of vllm has been measured side by side")
-    assert "No figure of either alone on a GPU: qwen3-small-warm, 8 × 8 × 512: flex ok beside other jobs" in md
+    assert "No figure of either alone on a GPU: qwen3-small-warm, 8 × 8 × 512 (H200): flex ok beside other jobs" in md
     _train(tmp_path, "h200-a", "flex", 2.0, uuid="u1", minute=0)
     _train(tmp_path, "h200-a", "vllm", 2.5, uuid="u1", minute=10)
     _train(tmp_path, "h200-a", "flex", 9.0, uuid="u1", minute=20, frozen=True)
     df = standings.train_frame(tmp_path)
     assert len(df) == 2
-    assert "| qwen3-small-warm | 32 | 8 × 8 × 512 | 2.000 | 2.500 | **0.80** |" in standings.train_table(df)
+    assert "| qwen3-small-warm | H200 | 32 | 8 × 8 × 512 | 2.000 | 2.500 | **0.80** |" in standings.train_table(df)
 
 
 def test_a_backends_fastest_variant_is_its_shortest_step_where_lower_is_better():

@@ -6,9 +6,9 @@ Only a pair measured side by side counts: the two backends' jobs in one publicat
 the same GPU (the UUIDs their stats record), each alone on it: no other lease overlapped its timed rounds where its
 stats say (stats before 2026-11-30, and jobs run without a lease, do not), and no other published job that ran on that
 GPU (any kind, smoke runs too) overlapped the job's wall (two sessions' jobs leasing from different lock directories
-do not see each other's leases; a cell's own generation job, its record and its other cells, is no other). Per cell (model, case, LoRA, sampling, completions per prompt,
-batch) a backend's run is its fastest ok variant in that folder on that GPU, as in the pipeline's own head-to-head.
-A stats file copied unchanged into later folders counts once, in the earliest folder. Smoke runs are left out:
+do not see each other's leases; a cell's own generation job, its record and its other cells, is no other). Per cell
+(model, GPU model, case, LoRA, sampling, completions per prompt, batch) a backend's run is its fastest ok variant in
+that folder on that GPU, as in the pipeline's own head-to-head. A stats file copied unchanged into later folders counts once, in the earliest folder. Smoke runs are left out:
 their jobs share the GPU eight at a time.
 """
 import argparse
@@ -23,8 +23,9 @@ from ..core import atomic, stats
 from . import aggregate, headline
 from .render import bandwidth, fmt, peak_gb
 
-GEN_KEY = ["model", "lora_rank", "sampling", "num_generations", "batch_size", "case"]
-TRAIN_KEY = ["model", "lora_rank", "prompts_per_step", "num_generations", "max_new_tokens"]
+# a cell is per GPU model: a ratio on an H100 and one on an H200 are two findings, and the newer must not hide the other
+GEN_KEY = ["model", "gpu", "lora_rank", "sampling", "num_generations", "batch_size", "case"]
+TRAIN_KEY = ["model", "gpu", "lora_rank", "prompts_per_step", "num_generations", "max_new_tokens"]
 TRAIN_COLUMNS = [*TRAIN_KEY, "backend", "variant", "status", "reason", "median_step_s", "peak_gb", "gpu_uuids",
                  "neighbours", "started_at", "wall_s", "folder"]
 BEGIN, END = "<!-- standings:begin -->", "<!-- standings:end -->"
@@ -114,7 +115,7 @@ def generation_frame(root, recs=None) -> pd.DataFrame:
     recs = records(root) if recs is None else recs
     paths = [p for p, _ in _of_kind(recs, root, "generate")]
     df = aggregate.generation_frame([str(p) for p in paths])
-    df = df.assign(folder=[_folder(p, root) for p in paths], peak_gb=peak_gb)
+    df = df.assign(folder=[_folder(p, root) for p in paths], peak_gb=peak_gb, gpu=df.gpu_name.map(gpu_label))
     df = _once(df[df.gpu_name != "cpu"], GEN_KEY)
     return df.assign(overlaps=_overlaps(df, _on_gpu(recs), _same_job(recs)))
 
@@ -130,7 +131,8 @@ def train_frame(root, recs=None) -> pd.DataFrame:
         if not r["env"].get("gpu_name") or wl.get("frozen"):
             continue  # a frozen control (learning rate 0) is no rollout's step time
         rows.append({
-            "model": r["model"], "backend": r["backend"], "variant": r["variant"], "status": r["status"],
+            "model": r["model"], "gpu": gpu_label(r["env"]["gpu_name"]), "backend": r["backend"],
+            "variant": r["variant"], "status": r["status"],
             "reason": r["reason"], "lora_rank": wl["lora_rank"],
             "prompts_per_step": wl.get("prompts_per_step", 1),  # 1 before it was a knob
             "num_generations": wl["num_generations"], "max_new_tokens": wl["max_new_tokens"],
@@ -141,6 +143,11 @@ def train_frame(root, recs=None) -> pd.DataFrame:
         })
     df = _once(pd.DataFrame(rows, columns=TRAIN_COLUMNS), TRAIN_KEY)
     return df.assign(overlaps=_overlaps(df, _on_gpu(recs)))
+
+
+def gpu_label(name) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3': the GPU model a cell's rows are per."""
+    return str(name).removeprefix("NVIDIA ")
 
 
 def _alone(df: pd.DataFrame) -> pd.DataFrame:
@@ -224,8 +231,8 @@ def _span(runs: pd.DataFrame, speed: str, spec: str) -> str:
 
 def _name(c: Cell) -> str:
     k = c.key
-    return f"{k['model']} {k['case']} B = {k['batch_size']}" if "case" in k else \
-        f"{k['model']}, {k['prompts_per_step']} × {k['num_generations']} × {k['max_new_tokens']}"
+    return (f"{k['model']} {k['case']} B = {k['batch_size']} ({k['gpu']})" if "case" in k else
+            f"{k['model']}, {k['prompts_per_step']} × {k['num_generations']} × {k['max_new_tokens']} ({k['gpu']})")
 
 
 def _lists(found: list[Cell], a: str, b: str, speed: str, spec: str, unit: str) -> list[str]:
@@ -259,8 +266,9 @@ def _lists(found: list[Cell], a: str, b: str, speed: str, spec: str, unit: str) 
     return lines
 
 
-GEN_NOTE = ("GPU: {gpus}, one a job. {a} / {b}: the newest pair's; beside it, each side's other runs alone on a GPU "
-            "of that cell (other sessions or GPUs, other code versions), their range and count. {a} GB/s: the "
+GEN_NOTE = ("One GPU a job; a cell is per GPU model. {a} / {b}: the newest pair's; beside it, each side's other runs "
+            "alone on a GPU of that model in that cell (other sessions or GPUs, other code versions), their range and "
+            "count. {a} GB/s: the "
             "weights and K/V its decode steps must read over their time, and that as a fraction of the device's copy "
             "rate measured in the same job. Round spread: a job's slowest timed round over its fastest, less 1. Peak "
             "GB: the most the job reserved, torch's caching allocator or the engine's own pool (vLLM's is its "
@@ -273,13 +281,13 @@ def generation_table(df: pd.DataFrame, a: str = "flex", b: str = "vllm") -> str:
     """A row per cell with a side-by-side pair, or where one side ran alone and the other was `skipped` (the
     reason below the table); then the cells without a pair."""
     found = cells(df, a, b, GEN_KEY, "decode_tps")
-    lines = [f"| model | case | LoRA r | sampling | n | B | {a} tok/s | {b} tok/s | {a} / {b} | {a} elsewhere "
+    lines = [f"| model | GPU | case | LoRA r | sampling | n | B | {a} tok/s | {b} tok/s | {a} / {b} | {a} elsewhere "
              f"| {b} elsewhere | {a} GB/s (of copy) | round spread {a}, {b} | peak GB {a}, {b} | prompts "
-             f"| measured |", "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|---|---|"]
+             f"| measured |", "|---|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|---|---|"]
     for c in found:
         k = c.key
-        head = (f"| {k['model']} | {k['case']} | {k['lora_rank']} | {k['sampling']} | {k['num_generations']} "
-                f"| {k['batch_size']} ")
+        head = (f"| {k['model']} | {k['gpu']} | {k['case']} | {k['lora_rank']} | {k['sampling']} "
+                f"| {k['num_generations']} | {k['batch_size']} ")
         elsewhere = f"| {_span(c.elsewhere[a], 'decode_tps', ',.0f')} | {_span(c.elsewhere[b], 'decode_tps', ',.0f')} "
         p = c.pair
         if p is not None:
@@ -295,20 +303,20 @@ def generation_table(df: pd.DataFrame, a: str = "flex", b: str = "vllm") -> str:
                          + f"| {bandwidth(r.decode_gb_per_s, r.of_copy_rate)} "
                          f"| {_pct(r.round_spread)}, — | {fmt(r.peak_gb, '.0f')}, — | — "
                          f"| {_measured(r.folder, r.started_at)} |")
-    gpus = ", ".join(sorted(set(df.gpu_name)))
-    return "\n".join(lines + ["", GEN_NOTE.format(gpus=gpus, a=a, b=b), ""]
+    return "\n".join(lines + ["", GEN_NOTE.format(a=a, b=b), ""]
                      + _lists(found, a, b, "decode_tps", ",.0f", "tok/s"))
 
 
 def train_table(df: pd.DataFrame, a: str = "flex", b: str = "vllm") -> str:
     """A row per cell with a side-by-side pair of GRPO runs; then the cells without one."""
     found = cells(df, a, b, TRAIN_KEY, "median_step_s", ascending=True)
-    lines = [f"| model | LoRA r | prompts × completions × tokens | {a} s/step | {b} s/step | {a} / {b} "
-             f"| peak alloc GB {a}, {b} | measured |", "|---|--:|---|--:|--:|--:|---|---|"]
+    lines = [f"| model | GPU | LoRA r | prompts × completions × tokens | {a} s/step | {b} s/step | {a} / {b} "
+             f"| peak alloc GB {a}, {b} | measured |", "|---|---|--:|---|--:|--:|--:|---|---|"]
     for c in found:
         if (p := c.pair) is not None:
             k = c.key
-            lines.append(f"| {k['model']} | {k['lora_rank']} | {k['prompts_per_step']} × {k['num_generations']} "
+            lines.append(f"| {k['model']} | {k['gpu']} | {k['lora_rank']} | {k['prompts_per_step']} "
+                         f"× {k['num_generations']} "
                          f"× {k['max_new_tokens']} | {fmt(p.median_step_s_a, '.3f')} "
                          f"| {fmt(p.median_step_s_b, '.3f')} "
                          f"| **{fmt(p.ratio, '.2f')}** | {fmt(p.peak_gb_a, '.1f')}, {fmt(p.peak_gb_b, '.1f')} "
