@@ -7,6 +7,7 @@ import torch
 
 from rollout_bench import MODEL_CONFIGS
 from rollout_bench.backends import cb_sync, hf_generate, hf_model, hf_static, transformers_cb
+from rollout_bench.core import envinfo
 from rollout_bench.core.workload import GenSpec, Sampling
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [100, 200, 300, 400, 500, 600, 700], [42] * 11, [3, 1, 4, 1, 5, 9, 2, 6]]
@@ -216,7 +217,7 @@ def test_unavailable_reasons_say_what_would_run_them():
     assert transformers_cb.unavailable("paged_sdpa", 0) is None
     for variant, (dist, _) in transformers_cb.VARIANT_REQUIRES.items():
         assert "GPU" in transformers_cb.unavailable(variant, 0)
-        if transformers_cb._version(dist) is None:
+        if envinfo.version(dist) is None:
             reason = transformers_cb.unavailable(variant, 1)
             assert dist in reason and ("pip install" in reason or "build" in reason)
     assert all("|" not in v for v in transformers_cb.VARIANTS)

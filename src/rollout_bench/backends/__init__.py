@@ -67,6 +67,15 @@ def host_reason(what: str, requires, needs_gpu: bool, gpu_count: int, install: s
     return None
 
 
+def variant_reason(variant_requires: dict, variant: str) -> str | None:
+    """Why `variant` cannot run here where the distribution it imports beyond REQUIRES (a module's
+    VARIANT_REQUIRES) is not installed, and how to install it; None when it is, or the variant needs none."""
+    if variant not in variant_requires:
+        return None
+    dist, how = variant_requires[variant]
+    return f"package {dist} is not installed; {how}, then rerun" if envinfo.version(dist) is None else None
+
+
 def host_fingerprint(requires) -> str:
     """What decides whether a job can run here; a change re-runs it (a Snakemake param)."""
     pkgs = ",".join(f"{p}={envinfo.version(p)}" for p in requires)

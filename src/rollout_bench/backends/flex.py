@@ -15,7 +15,7 @@ from dataclasses import replace
 import torch
 
 from ..core.workload import spread_rows
-from . import hf_model
+from . import hf_model, variant_reason
 
 REQUIRES = ("torch", "transformers")
 NEEDS_GPU = False
@@ -34,12 +34,8 @@ def unavailable(variant, gpu_count):
     if variant in ("graphs", "fa4") and gpu_count == 0:
         return (f"flex variant {variant!r} captures CUDA graphs and needs a CUDA GPU; none is visible: run on a "
                 f"GPU host with --resources gpu=1 (variant 'eager' runs on CPU)")
-    if variant in VARIANT_REQUIRES:
-        from ..core import envinfo
-
-        dist, how = VARIANT_REQUIRES[variant]
-        if envinfo.version(dist) is None:
-            return f"flex variant {variant!r} needs {dist}, which is not installed: {how}, then rerun"
+    if reason := variant_reason(VARIANT_REQUIRES, variant):
+        return reason
     if variant == "peft_unmerged":
         from ..core import envinfo
 

@@ -6,10 +6,10 @@ is restarted per call.
 """
 import dataclasses
 import math
-from importlib import metadata
 
 import torch
 
+from . import variant_reason
 from .hf_model import generation_kwargs, load_model, strip
 from .paged_cache import unsupported  # noqa: F401  (the backend hook: models the paged cache cannot hold)
 
@@ -29,9 +29,9 @@ VARIANT_REQUIRES = {
     "paged_flash_attention_3": ("flash-attn-3", "build flash-attention's hopper/ directory (FA3, Hopper GPUs only)"),
     "paged_flash_attention_4": ("flash-attn-4", "pip install flash-attn-4 (CuTeDSL; Hopper or Blackwell GPUs)"),
 }
+ENV_GROUPS = {"paged_flash_attention_4": "fa4"}  # envs/GROUP.yaml its jobs run in (backends.env_group)
 # Sizing used on CPU when spec.options leaves it open: the library would otherwise size the cache
 # from 90% of *host* RAM. On GPU the library's own auto-sizing is what a user of generate_batch gets.
-ENV_GROUPS = {"paged_flash_attention_4": "fa4"}  # envs/GROUP.yaml its jobs run in (backends.env_group)
 CPU_BLOCK_SIZE = 32
 CPU_MAX_BATCH_TOKENS = 512
 
@@ -39,20 +39,10 @@ CPU_MAX_BATCH_TOKENS = 512
 def unavailable(variant, gpu_count):
     if variant not in VARIANT_REQUIRES:
         return None
-    dist, how = VARIANT_REQUIRES[variant]
     if gpu_count == 0:
         return (f"{variant} runs flash-attention kernels, which need a CUDA GPU; "
-                f"run it on a GPU host with {dist} installed")
-    if _version(dist) is None:
-        return f"package {dist} is not installed; {how}, then rerun"
-    return None
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+                f"run it on a GPU host with {VARIANT_REQUIRES[variant][0]} installed")
+    return variant_reason(VARIANT_REQUIRES, variant)
 
 
 def cb_generation_config(spec):
