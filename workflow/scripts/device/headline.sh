@@ -32,6 +32,20 @@ wait_for core
 mkdir -p /tmp/rb-bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/rb-bin/python && chmod +x /tmp/rb-bin/python
 export PATH="/tmp/rb-bin:$PATH"
 SITE=/tmp/site-vllm:/tmp/site-core
+# run_profile STEP DIR NAME TIMEOUT CONFIG...: snakemake on one GPU in a fresh copy of the tree at DIR with --config
+# CONFIG..., its log /tmp/NAME.log and its wall in /tmp/NAME_wall_s; TIMEOUT seconds, or "" for none
+run_profile() {
+  local step=$1 dir=$2 name=$3 limit=$4
+  shift 4
+  rm -rf $dir && mkdir -p $dir && cp -r Snakefile rules workflow config src envs profiles pyproject.toml $dir/
+  (cd $dir
+   t0=$(date +%s)
+   env $CACHES PYTHONPATH=$SITE:$PWD/src ${limit:+timeout $limit} python3 -m snakemake --cores 16 --resources gpu=1 \
+     --config "$@" --keep-going > /tmp/$name.log 2>&1
+   rc=$?
+   say "$step rc=$rc wall=$(( $(date +%s) - t0 ))s"
+   echo "$(( $(date +%s) - t0 ))" > /tmp/${name}_wall_s)
+}
 gpu_tests() {
   say "T start"
   PYTHONPATH=/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider ${GPU_TESTS:-tests} \
@@ -49,14 +63,7 @@ if step S || step P; then
 fi
 if step H; then
   say "H start"
-  rm -rf /tmp/w && mkdir -p /tmp/w && cp -r Snakefile rules workflow config src envs profiles pyproject.toml /tmp/w/
-  (cd /tmp/w
-   t0=$(date +%s)
-   env $CACHES PYTHONPATH=$SITE:$PWD/src python3 -m snakemake --cores 16 --resources gpu=1 \
-     --config profile=headline --keep-going > /tmp/headline.log 2>&1
-   rc=$?
-   say "H rc=$rc wall=$(( $(date +%s) - t0 ))s"
-   echo "$(( $(date +%s) - t0 ))" > /tmp/headline_wall_s)
+  run_profile H /tmp/w headline "" profile=headline
 fi
 if step F; then
   say "F start"
@@ -65,14 +72,7 @@ if step F; then
   PYTHONPATH=${sites:+/tmp/site-fa4:}/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider \
     tests/test_engine_fa4_gpu.py > /tmp/pytest_fa4.log 2>&1
   say "F test rc=$?"
-  rm -rf /tmp/p && mkdir -p /tmp/p && cp -r Snakefile rules workflow config src envs profiles pyproject.toml /tmp/p/
-  (cd /tmp/p
-   t0=$(date +%s)
-   env $CACHES PYTHONPATH=$SITE:$PWD/src timeout 900 python3 -m snakemake --cores 16 --resources gpu=1 \
-     --config profile=prefill ${sites:+"$sites"} --keep-going > /tmp/prefill.log 2>&1
-   rc=$?
-   say "F rc=$rc wall=$(( $(date +%s) - t0 ))s"
-   echo "$(( $(date +%s) - t0 ))" > /tmp/prefill_wall_s)
+  run_profile F /tmp/p prefill 900 profile=prefill ${sites:+"$sites"}
 fi
 if step T; then
   gpu_tests
