@@ -380,3 +380,14 @@ def test_logprob_match_says_where_it_does_not_apply(tmp_path):
     assert not got["ok"]  # the policy logprob is the trainer's whatever the sampler kept
     got = check({**rec, "is_correction": False})
     assert got["ok"] and "not measured: the IS correction is off" in got["detail"]
+
+
+def test_a_failed_runs_traceback_stays_on_its_training_table_row(tmp_path):
+    """render.one_line, as the generation table's: a reason's newlines would end the row, its pipes split it."""
+    rec = stats.base("train", backend="flex", variant="default", model="qwen3-tiny",
+                     workload={"lora_rank": 32, "num_generations": 4, "sampling": {"temperature": 0.1},
+                               "ignore_eos": False, "max_new_tokens": 16, "seed": 3407, "dtype": "float32"})
+    path = tmp_path / "flex.json"
+    stats.finish(stats.skipped(rec, "Traceback:\n  File 'x', line 3\n    a | b\nImportError: no"), path)
+    rows = [line for line in report.training_table([path]).splitlines() if "| qwen3-tiny |" in line]
+    assert len(rows) == 1 and "| skipped: Traceback: File 'x', line 3 a \\| b ImportError: no |" in rows[0], rows

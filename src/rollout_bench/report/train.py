@@ -8,7 +8,7 @@ import pandas as pd
 from ..core import stats
 from ..grpo import verdict
 from ..grpo.phases import PHASES
-from .render import LEGEND, save_chart  # noqa: F401  (save_chart: HTML, SVG and PNG, re-exported for the CLI)
+from .render import LEGEND, one_line, save_chart  # noqa: F401  (save_chart: HTML, SVG and PNG, re-exported for the CLI)
 
 EQUIVALENCE_CAPTION = (
     "Equivalence. Two backends sample different tokens, so their step-by-step rewards and losses differ for "
@@ -132,7 +132,7 @@ def equivalence_table(comparison_paths, band_paths=()) -> str:
     for r in sorted(rows, key=lambda r: (r["model"], r["ref_backend"], r["cand_backend"])):
         head = f"| {r['model']} | {r['ref_backend']} | {r['cand_backend']} "
         if r["status"] != "ok":
-            lines.append(head + f"| {r['status']} | | | | | | | | {r['reason']} |")
+            lines.append(head + f"| {r['status']} | | | | | | | | {one_line(r['reason'])} |")
             continue
         d, g = r["diff"], r["gate"]
         failed = [f"{k}: {c['detail']}" for k, c in g["checks"].items() if not c["ok"]]
@@ -237,7 +237,7 @@ def training_table(stats_paths) -> str:
     for r in sorted(recs, key=lambda r: (r["model"], backend_label(r), _seed(r) or 0)):
         head = f"| {r['model']} | {backend_label(r)} | {_fmt(_seed(r), 'd')} "
         if r["status"] != "ok":
-            lines.append(head + f"| {r['status']}: {r['reason']} |" + " |" * (7 + len(PHASES)))
+            lines.append(head + f"| {r['status']}: {one_line(r['reason'])} |" + " |" * (7 + len(PHASES)))
             continue
         med = [_fmt(statistics.median(s.get(f"time/{p}_s") or 0.0 for s in _window(r)), ".3f") for p in PHASES]
         lines.append(head + f"| ok | {_steps_cell(r)} | {_fmt(r['median_step_s'], '.3f')} | {mismatch_cell(r)} "
