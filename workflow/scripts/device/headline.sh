@@ -1,7 +1,7 @@
 #!/bin/bash
 # The plan of a headline session, run by launch.sh from /tmp/rb (`launch.sh headline.sh [STEPS]`, default S H T),
-# one step after the other so that the headline profile has the GPU to itself and runs before anything the device
-# budget could cut short:
+# one step after the other in the order named, so that each timed profile has the GPU to itself and what matters most
+# runs before anything the device budget could cut short:
 #   S  the smoke run, once the core and vLLM groups are installed (not timed)
 #   H  the headline profile; then its tables
 #   T  the GPU tests (pytest -m gpu)
@@ -52,29 +52,32 @@ gpu_tests() {
     > /tmp/pytest_gpu.log 2>&1
   say "T rc=$?"
 }
-step P && { gpu_tests & }
-[ "${CORE_ONLY:-0}" = 1 ] && SITE=/tmp/site-core || wait_for vllm
-if step S || step P; then
+smoke() {
   say "S start"
   env $CACHES PYTHONPATH=$SITE:$PWD/src timeout 900 python3 -m rollout_bench.pipeline.smoke --gpu 0 --workdir /tmp/smoke \
     > /tmp/smoke.log 2>&1
   say "S rc=$?"
-  wait
-fi
-if step H; then
-  say "H start"
-  run_profile H /tmp/w headline "" profile=headline
-fi
-if step F; then
+}
+fa4() {
   say "F start"
-  sites=""
+  local sites=""
   wait_for fa4 && sites="sites={fa4: /tmp/site-fa4}"
   PYTHONPATH=${sites:+/tmp/site-fa4:}/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider \
     tests/test_engine_fa4_gpu.py > /tmp/pytest_fa4.log 2>&1
   say "F test rc=$?"
   run_profile F /tmp/p prefill 900 profile=prefill ${sites:+"$sites"}
-fi
-if step T; then
-  gpu_tests
-fi
+}
+step P && { gpu_tests & }
+[ "${CORE_ONLY:-0}" = 1 ] && SITE=/tmp/site-core || wait_for vllm
+# the steps in the order named (P F H: the prefill profile before the headline, where the budget may cut the last)
+for s in $STEPS; do
+  case $s in
+    P) smoke; wait ;;
+    S) smoke ;;
+    H) say "H start"; run_profile H /tmp/w headline "" profile=headline ;;
+    F) fa4 ;;
+    T) gpu_tests ;;
+    *) say "unknown step $s" ;;
+  esac
+done
 say DONE
