@@ -42,7 +42,7 @@ def test_verdict_passes_ok_and_skipped_and_names_failed_and_crashed_jobs(tmp_pat
             ("results/tables/generate.md", "results/logs/report/render_generate.log")]
     write(tmp_path / jobs[0][0], {"status": "ok", "reason": None})
     write(tmp_path / jobs[1][0], {"status": "skipped", "reason": "vllm does not import"})
-    write(tmp_path / jobs[2][0], {"status": "failed", "reason": "correctness gate failed"})
+    write(tmp_path / jobs[2][0], {"status": "failed", "reason": "Traceback:\n  gate | failed"})
     (tmp_path / "results/tables").mkdir(parents=True)
     (tmp_path / "results/tables/generate.md").write_text("| table |\n")
     v = smoke.verdict(tmp_path, jobs)
@@ -52,6 +52,7 @@ def test_verdict_passes_ok_and_skipped_and_names_failed_and_crashed_jobs(tmp_pat
     assert md.startswith("# GPU smoke run: FAILED (2 of 5 jobs)")
     assert "results/logs/generate/c.log" in md and "results/logs/generate/d.log" in md
     assert "vllm does not import" in md
+    assert "| Traceback: gate / failed |" in md  # a reason stays on its row
     assert "PASSED" in smoke.table(v[:2], 1.0, "x")
 
 
