@@ -70,4 +70,5 @@ def test_bench_runs_on_a_small_model(tmp_path):
     for shape, res in rec["results"]["8"].items():
         assert isinstance(res["cublas"], float), (shape, res["cublas"])
         assert any(isinstance(v, float) for key, v in res.items() if key.startswith("n")), shape
-    assert (tmp_path / "g.md").read_text().count("| 8 |") == 6
+    # rows that start with M = 8 (a tiny shape's GB/s can itself read "| 8 |": the H100 run of 2026-12-06)
+    assert sum(line.startswith("| 8 |") for line in (tmp_path / "g.md").read_text().splitlines()) == 6
