@@ -110,3 +110,22 @@ def test_other_profiles_never_make_the_answer(tmp_path):
     gpu = _run(tmp_path, "b", profile="gpu")
     gpu.rename(root / gpu.name)
     assert headline.folders(root) == [] and "No headline run" in headline.block(root)
+
+
+def test_a_run_cut_short_is_not_the_answer_while_a_finished_one_exists(tmp_path):
+    root = tmp_path / "pub"
+    root.mkdir()
+    done = _run(tmp_path, "done", invocation={"command": "snakemake", "wall_s": 700.0, "ok": True})
+    done.rename(root / done.name)
+    cut = _run(tmp_path, "cut", invocation={"command": "snakemake", "t0": 0.0, "wall_s": None, "ok": None})
+    cut.rename(root / cut.name)
+    for name, at in (("done", "2026-12-06T02:19:02+00:00"), ("cut", "2026-12-07T00:07:10+00:00")):
+        man = json.loads((root / name / "MANIFEST.json").read_text())
+        (root / name / "MANIFEST.json").write_text(json.dumps({**man, "published_at": at}))
+    assert [f.name for f in headline.folders(root)] == ["done", "cut"]  # "cut" published last
+    text = headline.block(root)
+    assert text.startswith("From [`done`]") and "The invocation took 700 s" in text
+    assert "A newer headline run was cut short before its end and is not the answer: `cut`" in text
+    # with no finished run, the newest is the answer, and says it did not end
+    (root / "done").rename(tmp_path / "aside")
+    assert headline.block(root).startswith("From [`cut`]") and "cut short" not in headline.block(root)

@@ -155,6 +155,27 @@ def test_the_newest_pair_wins_its_backends_fastest_variant_and_re_sent_prompts_a
     assert row[9:11] == ["2,000 (1)", "1,000 (1)"]
 
 
+def _spread(path, walls):
+    rec = json.loads(path.read_text())
+    rec["rounds"] = [{**rec["rounds"][0], "wall_s": w} for w in walls]
+    path.write_text(json.dumps(rec))
+
+
+def test_a_newer_pair_whose_rounds_spread_hides_no_steady_one(tmp_path):
+    _gen(tmp_path, "h200-a", "flex", 2000.0, uuid="u1", minute=0)
+    _gen(tmp_path, "h200-a", "vllm", 1000.0, uuid="u1", minute=10)
+    _gen(tmp_path, "h200-b", "flex", 3000.0, uuid="u2", minute=20)
+    _spread(_gen(tmp_path, "h200-b", "vllm", 1000.0, uuid="u2", minute=30), [1.0, 1.28, 1.1])  # 28%
+    (row,) = _rows(_table(tmp_path))
+    assert row[6:9] == ["2,000", "1,000", "**2.00**"] and "h200-a" in row[-1] and row[12] == "1.8%, 1.8%"
+    assert row[9:11] == ["3,000 (1)", "1,000 (1)"]  # the unsteady pair's runs, beside it
+    # with no steady pair the newest one stands, its ratio marked and not in bold
+    (tmp_path / "only").mkdir()
+    (tmp_path / "h200-b").rename(tmp_path / "only/h200-b")
+    (row,) = _rows(_table(tmp_path / "only"))
+    assert row[6:9] == ["3,000", "1,000", "3.00 (rounds spread)"] and row[12] == "1.8%, 28.0%"
+
+
 def test_cells_without_a_pair_are_named_under_the_table_and_never_compared(tmp_path):
     # B = 64: vLLM skipped, flex alone -> a row; B = 16: apart; B = 32: flex only; B = 128: vLLM skipped, flex not run
     _gen(tmp_path, "h200-a", "flex", 2000.0, uuid="u1", bs=64, case="greedy", minute=0)

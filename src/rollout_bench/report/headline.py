@@ -1,5 +1,7 @@
 """The README's answer: flex against vLLM from the newest published headline run alone (profile `headline`: every
-cell side by side on one GPU, in one invocation, at one commit), regenerated from its stats, never typed.
+cell side by side on one GPU, in one invocation, at one commit), regenerated from its stats, never typed. A run
+whose invocation did not record its end (cut short: the device's budget ran out) is not the answer while a finished
+one exists; the block names it, and its pairs stay in STANDINGS.md.
 
 A cell's ratio is shown only where both sides are `ok` and each side's timed rounds spread at most the run's
 max_round_spread (the job measured a cell again while they spread more; what it still saw is named below the
@@ -26,6 +28,19 @@ def folders(root) -> list[Path]:
         if man.get("profile") == PROFILE:
             out.append((man.get("published_at", ""), m.parent))
     return [f for _, f in sorted(out)]
+
+
+def cut_short(folder: Path) -> bool:
+    """The run's invocation record says it never ended (runs before 2026-12-06 have no record: not known cut)."""
+    p = folder / "logs" / "invocation.json"
+    return p.exists() and json.loads(p.read_text()).get("wall_s") is None
+
+
+def answer(found: list[Path]) -> tuple[Path, list[Path]]:
+    """(the folder the answer comes from: the newest finished run, else the newest; the cut-short runs newer)"""
+    finished = [f for f in found if not cut_short(f)]
+    folder = (finished or found)[-1]
+    return folder, found[found.index(folder) + 1:]
 
 
 def _read(folder: Path) -> list[tuple[Path, dict]]:
@@ -230,7 +245,7 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
     found = folders(root)
     if not found:
         return "No headline run is published yet: `snakemake --cores 16 --resources gpu=1 --config profile=headline`."
-    folder = found[-1]
+    folder, newer = answer(found)
     man = json.loads((folder / "MANIFEST.json").read_text())
     recs, cfg = _read(folder), _config(folder)
     limit = (cfg.get("workload") or {}).get("max_round_spread")
@@ -257,6 +272,10 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
            f"| peak alloc GB {a}, {b} | sampler vs trainer, mean \\|Δlogp\\| per step; KL: {a} · {b} |",
            "|---|--:|--:|--:|---|---|", *train, ""] if train else []),
     ]
+    if newer:
+        names = ", ".join(f"`{f.name}`" for f in newer)
+        lines[0] += (f" A newer headline run was cut short before its end and is not the answer: {names} (its pairs "
+                     f"are in STANDINGS.md).")
     notes = gen_notes + train_notes
     if notes:
         lines += ["Cells without a ratio: " + "; ".join(notes) + ".", ""]

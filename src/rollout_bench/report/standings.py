@@ -174,6 +174,24 @@ def pairs(df: pd.DataFrame, a: str, b: str, key: list[str], speed: str, ascendin
                       when=out[["started_at_a", "started_at_b"]].max(axis=1))
 
 
+STEADY = 0.05  # a pair's ratio counts where both sides' timed rounds spread at most this (the README's answer's rule)
+
+
+def steady(pair: pd.Series) -> bool:
+    """Both sides' rounds spread at most STEADY; a record that does not say (GRPO steps, old runs) counts as steady."""
+    spreads = (pair.get(f"round_spread_{s}") for s in "ab")
+    return not any(v is not None and not pd.isna(v) and v > STEADY for v in spreads)
+
+
+def newest_pair(found: pd.DataFrame) -> pd.Series | None:
+    """The cell's newest steady pair, else its newest pair (a newer pair whose rounds spread hides no steady one)."""
+    if found.empty:
+        return None
+    found = found.sort_values("when")
+    ok = [i for i in range(len(found)) if steady(found.iloc[i])]
+    return found.iloc[ok[-1] if ok else -1]
+
+
 @dataclass
 class Cell:
     """What the published runs hold for one cell: its newest pair, or else each side's newest run alone (`run`),
@@ -198,7 +216,7 @@ def cells(df: pd.DataFrame, a: str, b: str, key: list[str], speed: str, ascendin
         mine = pd.Series(cell, index=key)
         of = {name: t[(t[key] == mine).all(axis=1)] for name, t in (("pair", both), (a, runs[a]), (b, runs[b]),
                                                                     ("all", df))}
-        pair = of["pair"].sort_values("when").iloc[-1] if not of["pair"].empty else None
+        pair = newest_pair(of["pair"])
         where = (pair.folder, pair.gpu_uuids) if pair is not None else None
         elsewhere = {s: of[s][[(f, g) != where for f, g in zip(of[s].folder, of[s].gpu_uuids)]] for s in (a, b)}
         status, skipped = {}, {}
@@ -219,7 +237,7 @@ def _measured(folder: str, when: str) -> str:
 
 
 def _pct(v) -> str:
-    return "" if v is None or pd.isna(v) else f"{100 * v:.0f}%"
+    return "" if v is None or pd.isna(v) else f"{100 * v:.1f}%"  # 5.3% is past the 5% a ratio needs
 
 
 def _span(runs: pd.DataFrame, speed: str, spec: str) -> str:
@@ -266,7 +284,8 @@ def _lists(found: list[Cell], a: str, b: str, speed: str, spec: str, unit: str) 
     return lines
 
 
-GEN_NOTE = ("One GPU a job; a cell is per GPU model. {a} / {b}: the newest pair's; beside it, each side's other runs "
+GEN_NOTE = ("One GPU a job; a cell is per GPU model. {a} / {b}: the newest pair whose two sides' timed rounds spread at "
+            "most 5%, else the newest pair, its ratio then not in bold and marked `(rounds spread)`; beside it, each side's other runs "
             "alone on a GPU of that model in that cell (other sessions or GPUs, other code versions), their range and "
             "count. {a} GB/s: the "
             "weights and K/V its decode steps must read over their time, and that as a fraction of the device's copy "
@@ -292,7 +311,8 @@ def generation_table(df: pd.DataFrame, a: str = "flex", b: str = "vllm") -> str:
         p = c.pair
         if p is not None:
             prompts = "own" if p.fresh_prompts_a and p.fresh_prompts_b else "re-sent"
-            lines.append(head + f"| {fmt(p.decode_tps_a)} | {fmt(p.decode_tps_b)} | **{fmt(p.ratio, '.2f')}** "
+            ratio = f"**{fmt(p.ratio, '.2f')}**" if steady(p) else f"{fmt(p.ratio, '.2f')} (rounds spread)"
+            lines.append(head + f"| {fmt(p.decode_tps_a)} | {fmt(p.decode_tps_b)} | {ratio} "
                          + elsewhere + f"| {bandwidth(p.decode_gb_per_s_a, p.of_copy_rate_a)} "
                          f"| {_pct(p.round_spread_a)}, {_pct(p.round_spread_b)} "
                          f"| {fmt(p.peak_gb_a, '.0f')}, {fmt(p.peak_gb_b, '.0f')} | {prompts} "
