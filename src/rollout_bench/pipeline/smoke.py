@@ -98,8 +98,11 @@ def table(jobs: list[Job], wall_s: float, command: str) -> str:
     head = (f"# GPU smoke run: {'PASSED' if not bad else f'FAILED ({len(bad)} of {len(jobs)} jobs)'}\n\n"
             f"`{command}`: wall {wall_s:.0f} s (snakemake, packages installed).\n\n"
             "| job | status | reason | log |\n|---|---|---|---|\n")
-    rows = [f"| {j.output.removeprefix('results/')} | {j.status} | {' '.join((j.reason or '').split()).replace('|', '/')[:200]} | "
-            f"{j.log if not j.passed else ''} |" for j in jobs]
+    def reason(j):  # one row: a traceback's newlines would end it, its pipes split it
+        return " ".join((j.reason or "").split()).replace("|", "/")[:200]
+
+    rows = [f"| {j.output.removeprefix('results/')} | {j.status} | {reason(j)} | {j.log if not j.passed else ''} |"
+            for j in jobs]
     return head + "\n".join(rows) + "\n"
 
 

@@ -285,9 +285,9 @@ def _lists(found: list[Cell], a: str, b: str, speed: str, spec: str, unit: str) 
 
 
 GEN_NOTE = ("One GPU a job; a cell is per GPU model. {a} / {b}: the newest pair whose two sides' timed rounds spread at "
-            "most 5%, else the newest pair, its ratio then not in bold and marked `(rounds spread)`; beside it, each side's other runs "
-            "alone on a GPU of that model in that cell (other sessions or GPUs, other code versions), their range and "
-            "count. {a} GB/s: the "
+            "most 5%, else the newest pair, its ratio then not in bold and marked `(rounds spread)`; beside it, each "
+            "side's other runs alone on a GPU of that model in that cell (other sessions or GPUs, other code "
+            "versions), their range and count. {a} GB/s: the "
             "weights and K/V its decode steps must read over their time, and that as a fraction of the device's copy "
             "rate measured in the same job. Round spread: a job's slowest timed round over its fastest, less 1. Peak "
             "GB: the most the job reserved, torch's caching allocator or the engine's own pool (vLLM's is its "
