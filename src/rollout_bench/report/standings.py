@@ -188,8 +188,8 @@ def newest_pair(found: pd.DataFrame) -> pd.Series | None:
     if found.empty:
         return None
     found = found.sort_values("when")
-    ok = [i for i in range(len(found)) if steady(found.iloc[i])]
-    return found.iloc[ok[-1] if ok else -1]
+    held = found[found.apply(steady, axis=1)]
+    return (held if not held.empty else found).iloc[-1]
 
 
 @dataclass
