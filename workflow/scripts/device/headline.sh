@@ -48,7 +48,7 @@ run_profile() {
 }
 gpu_tests() {
   say "T start"
-  PYTHONPATH=/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider ${GPU_TESTS:-tests} \
+  PYTHONPATH=/tmp/site-core:$PWD/src python3 -m pytest -m gpu -q -rA -p no:cacheprovider --durations=15 ${GPU_TESTS:-tests} \
     > /tmp/pytest_gpu.log 2>&1
   say "T rc=$?"
 }
