@@ -1,6 +1,7 @@
 """flex against vLLM over every published run (results/published/), regenerated from the stats and never typed in
 (`python -m rollout_bench.report.standings`; `--check` in the tests): results/published/STANDINGS.md. The same command
-rewrites the README's answer block from the newest headline run alone (headline.py).
+rewrites the README's answer block from the newest headline run alone (headline.py), and the block of flex's speed
+targets read from the same run (targets.py).
 
 Only a pair measured side by side counts: the two backends' jobs in one publication folder (one device session), on
 the same GPU (the UUIDs their stats record), each alone on it: no other lease overlapped its timed rounds where its
@@ -20,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import atomic, stats
-from . import aggregate, headline
+from . import aggregate, headline, targets
 from .render import bandwidth, fmt, peak_gb
 
 # a cell is per GPU model: a ratio on an H100 and one on an H200 are two findings, and the newer must not hide the other
@@ -29,6 +30,7 @@ TRAIN_KEY = ["model", "gpu", "lora_rank", "prompts_per_step", "num_generations",
 TRAIN_COLUMNS = [*TRAIN_KEY, "backend", "variant", "status", "reason", "median_step_s", "peak_gb", "gpu_uuids",
                  "neighbours", "started_at", "wall_s", "folder"]
 BEGIN, END = "<!-- standings:begin -->", "<!-- standings:end -->"
+TARGETS_BEGIN, TARGETS_END = "<!-- targets:begin -->", "<!-- targets:end -->"  # issue 48's targets (targets.py)
 
 
 def _is_smoke(path: Path, root: Path) -> bool:
@@ -382,6 +384,7 @@ def update(readme, root, models: list[str], check: bool = False) -> bool:
     the stats under `root`; with `check`, only say whether both are current. True where both already were."""
     text = Path(readme).read_text()
     new = replace_block(text, "\n".join([BEGIN, headline.block(root), END]))
+    new = replace_block(new, "\n".join([TARGETS_BEGIN, targets.block(root), TARGETS_END]), TARGETS_BEGIN, TARGETS_END)
     history = Path(root) / HISTORY
     old_history = history.read_text() if history.exists() else ""
     new_history = HISTORY_HEAD + block(root, models) + "\n"
@@ -393,11 +396,12 @@ def update(readme, root, models: list[str], check: bool = False) -> bool:
     return new == text and new_history == old_history
 
 
-def replace_block(text: str, new: str) -> str:
-    """`text` with its one standings block replaced by `new`; an error where the markers are not there once each."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"expected one '{BEGIN}' line and then one '{END}' line; put them where the table goes")
-    return text[:text.index(BEGIN)] + new + text[text.index(END) + len(END):]
+def replace_block(text: str, new: str, begin: str = BEGIN, end: str = END) -> str:
+    """`text` with its one block between `begin` and `end` replaced by `new`; an error where the markers are not
+    there once each."""
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"expected one '{begin}' line and then one '{end}' line; put them where the table goes")
+    return text[:text.index(begin)] + new + text[text.index(end) + len(end):]
 
 
 def main(argv=None) -> int:
