@@ -254,14 +254,16 @@ def test_the_command_rewrites_the_answer_and_the_history_and_check_fails_until_i
     _gen(tmp_path / "pub", "h200-a", "flex", 2000.0, uuid="u1", minute=0)
     _gen(tmp_path / "pub", "h200-a", "vllm", 1000.0, uuid="u1", minute=10)
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{standings.BEGIN}\nSTALE\n{standings.END}\n\nafter\n")
+    readme.write_text(f"# x\n\n{standings.BEGIN}\nSTALE\n{standings.END}\n\n{standings.TARGETS_BEGIN}\nSTALE\n"
+                      f"{standings.TARGETS_END}\nafter\n")
     args = ["--published", str(tmp_path / "pub"), "--readme", str(readme)]
     assert standings.main(args + ["--check"]) == 1 and "STALE" in readme.read_text()
     assert standings.main(args) == 0
     text, history = readme.read_text(), (tmp_path / "pub" / standings.HISTORY).read_text()
     # no headline run under pub: the answer says so; every published pair is in the history
     assert "STALE" not in text and "No headline run is published yet" in text
-    assert text.endswith(f"{standings.END}\n\nafter\n") and "**2.00**" in history
+    assert text.endswith(f"{standings.END}\n\n{standings.TARGETS_BEGIN}\nNo headline run is published yet.\n"
+                         f"{standings.TARGETS_END}\nafter\n") and "**2.00**" in history
     assert standings.main(args + ["--check"]) == 0
     (tmp_path / "pub" / standings.HISTORY).write_text("edited by hand\n")
     assert standings.main(args + ["--check"]) == 1
