@@ -33,7 +33,7 @@ def test_each_target_is_read_from_the_run_and_a_miss_names_its_bound(tmp_path):
     copy = rows["greedy B = 8, flex's decode bytes over step time, of the copy rate"]
     bw = json.loads(next(folder.rglob("flex/graphs/greedy/bs8.json")).read_text())["engine"]["bandwidth"]
     assert copy["value"] == bw["of_copy_rate"] and copy["met"] is (bw["of_copy_rate"] >= 0.8)
-    assert copy["bound"].startswith("a decode step at B = 8 takes 4.00 ms; profiled: GEMMs 2.00 ms (50%), "
+    assert copy["bound"].startswith("a decode step at B = 8 takes 4.00 ms; profiled: GEMM 2.00 ms (50%), "
                                     "attention 1.00 ms (25%), norm/rotary/elementwise 0.60 ms (15%), gaps 0.40 ms")
     rate = bw["weights_gb_per_step"] / 2e-3
     assert f"at {rate:,.0f} GB/s, {rate / bw['copy_gb_per_s']:.0%} of the copy rate" in copy["bound"]

@@ -13,7 +13,7 @@ import pandas as pd
 
 from . import aggregate, headline
 from .headline import _of, _side
-from .render import fmt
+from .render import PROFILE_CLASSES, decode_step_table, fmt
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,6 @@ TARGETS = [
     Target("greedy B = 8, flex's decode bytes over step time, of the copy rate", "copy", 0.80, True, "greedy", 8),
 ]
 
-CLASSES = {"gemm": "GEMMs", "attention": "attention", "norm_rotary_elementwise": "norm/rotary/elementwise",
-           "sampling": "sampling", "block_mask": "BlockMask"}
-
-
 def _cell_pair(df: pd.DataFrame, t: Target, limit: float | None):
     """(flex's row, vLLM's row, why there is no value or None) for a generation target."""
     batch = t.batch
@@ -61,7 +57,7 @@ def _cell_pair(df: pd.DataFrame, t: Target, limit: float | None):
 
 def _profile_at(profile: dict | None, batch: int) -> str:
     """Where a decode step's time goes at `batch`, from the run's decode profile, and the weights' read rate in its
-    GEMMs against the copy rate (the bytes a cell's bandwidth record gives)."""
+    GEMMs against the copy rate (the bytes and the rate flex's greedy cell at that batch recorded)."""
     if not profile:
         return "the run has no decode profile"
     at = profile["by_batch"].get(str(batch))
@@ -69,11 +65,11 @@ def _profile_at(profile: dict | None, batch: int) -> str:
         return f"not profiled at B = {batch} (the profile ran B = {', '.join(profile['by_batch'])})"
     # shares of the profiled step, as the decode-profile table gives them
     step, profiled, classes = at["step_ms"], at["profiled_step_ms"], at["class_ms"]
-    parts = [f"{CLASSES.get(k, k)} {v:.2f} ms ({v / profiled:.0%})" for k, v in
+    parts = [f"{PROFILE_CLASSES.get(k, k)} {v:.2f} ms ({v / profiled:.0%})" for k, v in
              sorted(classes.items(), key=lambda kv: -kv[1]) if v / profiled >= 0.02]
     parts.append(f"gaps {at['gaps_ms']:.2f} ms ({at['gaps_ms'] / profiled:.0%})")
     text = f"a decode step at B = {batch} takes {step:.2f} ms; profiled: " + ", ".join(parts)
-    bw = profile.get("bandwidth") or {}
+    bw = (profile.get("bandwidth") or {}).get(str(batch)) or {}
     if bw.get("weights_gb_per_step") and bw.get("copy_gb_per_s") and classes.get("gemm"):
         rate = bw["weights_gb_per_step"] / (classes["gemm"] / 1e3)
         text += (f"; the GEMMs read the {bw['weights_gb_per_step']:.1f} GB of weights at {rate:,.0f} GB/s, "
@@ -117,15 +113,20 @@ def _grpo_memory(x: dict) -> str:
             f"{fmt(eng.get('kv_pool_gb'), '.1f')} GB, its merged weights {fmt(eng.get('weights_gb'), '.1f')} GB)")
 
 
+def _decode_profile(recs: list[tuple[Path, dict]]) -> dict | None:
+    return next((r for _, r in _of(recs, "decode_profile") if r.get("status") == "ok"), None)
+
+
 def evaluate(recs: list[tuple[Path, dict]], limit: float | None) -> list[dict]:
     """One row per target: its value (None where there is none), why not, met, and what bounds it where not met."""
     df = aggregate.generation_frame([str(p) for p, _ in _of(recs, "generate")])
     by_path = {str(p): r for p, r in recs}
-    profile = next((r for _, r in _of(recs, "decode_profile") if r.get("status") == "ok"), None)
-    if profile is not None:  # the bandwidth record of the profiled batch's flex cell, for the GEMMs' read rate
-        cells = [r for _, r in _of(recs, "generate") if r.get("backend") == "flex"]
-        profile = {**profile, "bandwidth": next(((r.get("engine") or {}).get("bandwidth") for r in cells
-                                                 if (r.get("engine") or {}).get("bandwidth")), None)}
+    profile = _decode_profile(recs)
+    # the weights' bytes and the copy rate flex's greedy cell at each batch measured, for the GEMMs' read rate
+    if profile is not None:
+        profile = {**profile, "bandwidth": {str(r["batch_size"]): r["engine"]["bandwidth"] for _, r in
+                                            _of(recs, "generate") if r.get("backend") == "flex"
+                                            and r.get("case") == "greedy" and (r.get("engine") or {}).get("bandwidth")}}
     runs = {r["backend"]: r for _, r in _of(recs, "train") if not r["workload"].get("frozen")}
     out = []
     for t in TARGETS:
@@ -182,8 +183,11 @@ def block(root) -> str:
         return "No headline run is published yet."
     folder, _ = headline.answer(found)
     limit = (headline._config(folder).get("workload") or {}).get("max_round_spread")
+    recs = headline._read(folder)
+    profile = _decode_profile(recs)
     return (f"flex's speed targets against what [`{folder.name}`](results/published/{folder.name}/) measured "
             f"(the run the answer above comes from). For a target not met: where the time goes in the same run, "
             f"from its decode profile, the rollout cell's record of its last round, or the GRPO runs' median step. "
             f"A value is shown only where both sides ran `ok` and their rounds spread at most the run's limit.\n\n"
-            + table(evaluate(headline._read(folder), limit)))
+            + table(evaluate(recs, limit))
+            + ("\n\nThe same run's decode profile. " + decode_step_table([profile]) if profile else ""))
