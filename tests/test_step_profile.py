@@ -161,10 +161,11 @@ def test_attention_and_sampling_come_from_the_scopes(engine):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("graphs", [True, False])
-def test_profile_on_gpu(graphs):
+@pytest.mark.parametrize("graphs,rows", [(True, 8), (False, 8), (True, 1)])
+def test_profile_on_gpu(graphs, rows):
     """On CUDA the timed steps are graph replays (or eager steps without graphs): every class has kernels,
-    named by one eager step, and kernels on one stream do not overlap, so the classes add up to the busy time."""
+    named by one eager step, and kernels on one stream do not overlap, so the classes add up to the busy time.
+    One row too (the headline profile's B = 1), replayed in the smallest bucket's graph."""
     from rollout_bench.diagnostics import random_model
 
     model = random_model.build("qwen3-tiny", seed=0, device="cuda", tie_word_embeddings=False)
@@ -172,8 +173,9 @@ def test_profile_on_gpu(graphs):
                        capture_all=False, decode_kernel_options={"BLOCK_N": 16}, cuda_graphs=graphs)
     engine = Engine(model, cfg)
     assert engine.runner.graphs_on == graphs
-    r = step_profile.profile(engine, prompts(engine, 8), new_tokens=64)
-    assert (r["rows"], r["replay"]) == (8, "graph" if graphs else "eager") and r["kernels_per_step"] > 0
+    r = step_profile.profile(engine, prompts(engine, rows), new_tokens=64)
+    assert (r["rows"], r["replay"]) == (rows, "graph" if graphs else "eager") and r["kernels_per_step"] > 0
+    assert r["bucket"] == engine.runner.bucket(rows)
     assert all(r["class_ms"][c] > 0 for c in step_profile.CLASSES), r
     assert sum(r["class_ms"].values()) == pytest.approx(r["busy_ms"], rel=0.02)
     assert r["gaps_ms"] >= 0 and r["step_ms"] > 0
