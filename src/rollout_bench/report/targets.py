@@ -39,6 +39,7 @@ TARGETS = [
     Target("greedy B = 8, flex's decode bytes over step time, of the copy rate", "copy", 0.80, True, "greedy", 8),
 ]
 
+
 def _cell_pair(df: pd.DataFrame, t: Target, limit: float | None):
     """(flex's row, vLLM's row, why there is no value or None) for a generation target."""
     batch = t.batch
