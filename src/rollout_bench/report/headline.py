@@ -43,6 +43,25 @@ def answer(found: list[Path]) -> tuple[Path, list[Path]]:
     return folder, found[found.index(folder) + 1:]
 
 
+def answer_run(root) -> tuple[Path, list[Path], list[tuple[Path, dict]], dict] | None:
+    """(the answer's folder, the cut-short runs newer than it, its JSON records, its config); None where no headline
+    run is published under `root`."""
+    found = folders(root)
+    if not found:
+        return None
+    folder, newer = answer(found)
+    return folder, newer, _read(folder), _config(folder)
+
+
+def spread_limit(cfg: dict) -> float | None:
+    return (cfg.get("workload") or {}).get("max_round_spread")
+
+
+def over_limit(sides, limit: float | None) -> list:
+    """The sides (rows of the generation frame) whose timed rounds spread more than `limit`."""
+    return [s for s in sides if limit is not None and s.round_spread > limit]
+
+
 def _read(folder: Path) -> list[tuple[Path, dict]]:
     """Every JSON object in a published folder, read once for the whole block."""
     out = []
@@ -137,7 +156,7 @@ def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None,
                          + "".join(f" ({s.backend}: {str(s.reason)[:160]})" for s in (x, y)
                                    if s is not None and s.status != "ok"))
             continue
-        spread_bad = [s for s in (x, y) if limit is not None and s.round_spread > limit]
+        spread_bad = over_limit((x, y), limit)
         ratio = f"**{fmt(x.decode_tps / y.decode_tps, '.2f')}**"
         last_ratio = f"**{fmt(x.time_to_last_s / y.time_to_last_s, '.2f')}**"
         if spread_bad:
@@ -242,13 +261,12 @@ def autotune_note(recs: list) -> str:
 
 def block(root, a: str = "flex", b: str = "vllm") -> str:
     """The answer block's body: the newest headline folder under `root`, or a line saying there is none."""
-    found = folders(root)
-    if not found:
+    run = answer_run(root)
+    if run is None:
         return "No headline run is published yet: `snakemake --cores 16 --resources gpu=1 --config profile=headline`."
-    folder, newer = answer(found)
+    folder, newer, recs, cfg = run
     man = json.loads((folder / "MANIFEST.json").read_text())
-    recs, cfg = _read(folder), _config(folder)
-    limit = (cfg.get("workload") or {}).get("max_round_spread")
+    limit = spread_limit(cfg)
     gen, gen_notes, gen_missing = generation_rows(recs, cfg, a, b, limit, mismatches(folder, recs))
     train, train_notes, train_missing = train_rows(recs, a, b)
     share = startup(recs)

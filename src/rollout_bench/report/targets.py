@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import aggregate, headline
-from .headline import _of, _side
+from .headline import _of, _side, over_limit
 from .render import PROFILE_CLASSES, decode_step_table, fmt
+from .train import step_median
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,13 @@ def _cell_pair(df: pd.DataFrame, t: Target, limit: float | None):
         return x, y, "not run"
     if x.status != "ok" or y.status != "ok":
         return x, y, f"flex {x.status}, vLLM {y.status}"
-    spread = [f"{s.backend} {100 * s.round_spread:.0f}%" for s in (x, y)
-              if limit is not None and s.round_spread > limit]
+    spread = [f"{s.backend} {100 * s.round_spread:.0f}%" for s in over_limit((x, y), limit)]
     return x, y, (f"rounds spread {', '.join(spread)}" if spread else None)
 
 
-def _profile_at(profile: dict | None, batch: int) -> str:
+def _profile_at(profile: dict | None, batch: int, bw: dict | None) -> str:
     """Where a decode step's time goes at `batch`, from the run's decode profile, and the weights' read rate in its
-    GEMMs against the copy rate (the bytes and the rate flex's greedy cell at that batch recorded)."""
+    GEMMs against the copy rate (bw: the bytes and the rate flex's greedy cell at that batch recorded)."""
     if not profile:
         return "the run has no decode profile"
     at = profile["by_batch"].get(str(batch))
@@ -70,7 +70,7 @@ def _profile_at(profile: dict | None, batch: int) -> str:
              sorted(classes.items(), key=lambda kv: -kv[1]) if v / profiled >= 0.02]
     parts.append(f"gaps {at['gaps_ms']:.2f} ms ({at['gaps_ms'] / profiled:.0%})")
     text = f"a decode step at B = {batch} takes {step:.2f} ms; profiled: " + ", ".join(parts)
-    bw = (profile.get("bandwidth") or {}).get(str(batch)) or {}
+    bw = bw or {}
     if bw.get("weights_gb_per_step") and bw.get("copy_gb_per_s") and classes.get("gemm"):
         rate = bw["weights_gb_per_step"] / (classes["gemm"] / 1e3)
         text += (f"; the GEMMs read the {bw['weights_gb_per_step']:.1f} GB of weights at {rate:,.0f} GB/s, "
@@ -90,17 +90,11 @@ def _rollout(rec: dict) -> str:
             + (f", {bw['of_copy_rate']:.0%} of the copy rate" if bw.get("of_copy_rate") else ""))
 
 
-def _median_phase(rec: dict, key: str) -> float | None:
-    lo, hi = rec.get("median_step_window") or (1, len(rec["steps"]))
-    vals = [s[key] for s in rec["steps"] if lo <= s["step"] <= hi and s.get(key) is not None]
-    return float(pd.Series(vals).median()) if vals else None
-
-
 def _grpo_phases(x: dict, y: dict) -> str:
     """Each side's median rollout seconds (TRL's generation phase) against its median step."""
     out = []
     for r in (x, y):
-        roll = _median_phase(r, "time/rollout_s")
+        roll = step_median(r, "time/rollout_s")
         out.append(f"{r['backend']} {roll:.2f} s of {r['median_step_s']:.2f} s" if roll is not None
                    else f"{r['backend']} not recorded")
     return "the median step's rollout: " + ", ".join(out)
@@ -124,10 +118,8 @@ def evaluate(recs: list[tuple[Path, dict]], limit: float | None) -> list[dict]:
     by_path = {str(p): r for p, r in recs}
     profile = _decode_profile(recs)
     # the weights' bytes and the copy rate flex's greedy cell at each batch measured, for the GEMMs' read rate
-    if profile is not None:
-        profile = {**profile, "bandwidth": {str(r["batch_size"]): r["engine"]["bandwidth"] for _, r in
-                                            _of(recs, "generate") if r.get("backend") == "flex"
-                                            and r.get("case") == "greedy" and (r.get("engine") or {}).get("bandwidth")}}
+    bw = {r["batch_size"]: r["engine"]["bandwidth"] for _, r in _of(recs, "generate")
+          if r.get("backend") == "flex" and r.get("case") == "greedy" and (r.get("engine") or {}).get("bandwidth")}
     runs = {r["backend"]: r for _, r in _of(recs, "train") if not r["workload"].get("frozen")}
     out = []
     for t in TARGETS:
@@ -138,11 +130,11 @@ def evaluate(recs: list[tuple[Path, dict]], limit: float | None) -> list[dict]:
             if t.kind == "copy":
                 why = why if x is None or x.status != "ok" else None
                 value = None if why else x.of_copy_rate
-                bound = _profile_at(profile, t.batch)
+                bound = _profile_at(profile, t.batch, bw.get(t.batch))
             elif why is None:
                 value = (x.decode_tps / y.decode_tps if t.kind == "tps" else x.time_to_last_s / y.time_to_last_s)
             if t.kind == "tps":
-                bound = _profile_at(profile, t.batch) + (
+                bound = _profile_at(profile, t.batch, bw.get(t.batch)) + (
                     " (flex's merged LoRA decodes as the base model does)" if t.case == "lora" else "")
             elif t.kind == "last" and x is not None and x.status == "ok":
                 bound = _rollout(by_path[x.path])
@@ -179,16 +171,14 @@ def table(rows: list[dict]) -> str:
 
 def block(root) -> str:
     """The README's targets block: the folder the answer comes from (headline.answer), its targets' table."""
-    found = headline.folders(root)
-    if not found:
+    run = headline.answer_run(root)
+    if run is None:
         return "No headline run is published yet."
-    folder, _ = headline.answer(found)
-    limit = (headline._config(folder).get("workload") or {}).get("max_round_spread")
-    recs = headline._read(folder)
+    folder, _, recs, cfg = run
     profile = _decode_profile(recs)
     return (f"flex's speed targets against what [`{folder.name}`](results/published/{folder.name}/) measured "
             f"(the run the answer above comes from). For a target not met: where the time goes in the same run, "
             f"from its decode profile, the rollout cell's record of its last round, or the GRPO runs' median step. "
             f"A value is shown only where both sides ran `ok` and their rounds spread at most the run's limit.\n\n"
-            + table(evaluate(recs, limit))
+            + table(evaluate(recs, headline.spread_limit(cfg)))
             + ("\n\nThe same run's decode profile. " + decode_step_table([profile]) if profile else ""))

@@ -159,7 +159,8 @@ def _window(r: dict) -> list[dict]:
     return [s for s in r["steps"] if lo <= s["step"] <= hi]
 
 
-def _step_median(r: dict, key: str):
+def step_median(r: dict, key: str):
+    """The median of a per-step figure over the steps the median step is taken over; None where none records it."""
     vals = [s[key] for s in _window(r) if isinstance(s.get(key), (int, float))]
     return statistics.median(vals) if vals else None
 
@@ -172,17 +173,17 @@ def _is_cell(r: dict) -> str:
     clip = r.get("is_clip")
     bounds = f" [{_fmt(clip[0]) or '-'}, {_fmt(clip[1]) or '-'}]" if clip else ""
     kind = f" ({r['sampler_logprobs']} logprobs)" if r.get("sampler_logprobs") else ""
-    gap = _step_median(r, "is/logp_gap/mean")
+    gap = step_median(r, "is/logp_gap/mean")
     if gap is None:
-        gap = _step_median(r, "sampling/sampling_logp_difference/mean")
-    p99 = _step_median(r, "is/logp_gap/p99")
-    weight, zeroed = _step_median(r, "is/weight/mean"), _step_median(r, "is/zeroed/token_frac")
+        gap = step_median(r, "sampling/sampling_logp_difference/mean")
+    p99 = step_median(r, "is/logp_gap/p99")
+    weight, zeroed = step_median(r, "is/weight/mean"), step_median(r, "is/zeroed/token_frac")
     parts = [f"mean \\|Δlogp\\| {_fmt(gap)}" + (f", p99 {_fmt(p99)}" if p99 is not None else "")]
     if weight is not None:
         parts.append(f"weight {_fmt(weight)}, zeroed {_fmt(100 * (zeroed or 0.0), '.0f')}%; "
-                     f"log sequence ratio {_fmt(_step_median(r, 'is/seq_log_ratio/mean'))}")
+                     f"log sequence ratio {_fmt(step_median(r, 'is/seq_log_ratio/mean'))}")
     else:
-        parts.append(f"mean ratio {_fmt(_step_median(r, 'sampling/importance_sampling_ratio/mean'))}")
+        parts.append(f"mean ratio {_fmt(step_median(r, 'sampling/importance_sampling_ratio/mean'))}")
     return f"{r.get('is_mode')}{bounds}{kind}: {'; '.join(parts)}"
 
 
