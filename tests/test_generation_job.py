@@ -15,6 +15,7 @@ from rollout_bench.core import stats
 from rollout_bench.core.workload import Sampling
 from rollout_bench.generation import job as generation_job
 from rollout_bench.generation import trace
+from rollout_bench.report import aggregate
 
 from .conftest import ROOT
 
@@ -182,6 +183,8 @@ def test_a_cell_whose_rounds_spread_is_measured_again_with_fresh_prompts(tmp_pat
     rec = stats.load(cs[0].out)
     assert rec["status"] == "ok" and len(rec["attempts"]) == 2 and rec["attempts"][0]["round_spread"] > 0.5
     assert rec["round_spread"] == rec["attempts"][1]["round_spread"] < 0.5 and rec["spread_ok"]
+    row = aggregate.generation_row(rec, cs[0].out)  # the summary the head-to-head table reads keeps the verdict
+    assert row["spread_ok"] is True and row["round_spread"] == pytest.approx(rec["round_spread"], abs=1e-3)
     assert rec["timed_s"] == pytest.approx(sum(r["wall_s"] for a in rec["attempts"] for r in a["rounds"]), abs=1e-3)
     flat = sum(sent, [])
     assert len(set(flat)) == len(flat) == 2 * 5 - 1  # the re-measure sent prompts of its own (warm-up: one)

@@ -4,12 +4,13 @@ import pandas as pd
 from rollout_bench.report import render
 
 
-def row(backend, case, bs, tps, status="ok", variant="default", reserved=None, alloc=10.0):
+def row(backend, case, bs, tps, status="ok", variant="default", reserved=None, alloc=10.0, spread=None,
+        spread_ok=None):
     return {"model": "m", "backend": backend, "variant": variant, "case": case, "batch_size": bs,
-            "num_generations": 1, "lora_rank": 0, "sampling": "greedy", "status": status,
-            "reason": None if status == "ok" else "why", "decode_tps": tps if status == "ok" else None,
-            "decode_tps_best": tps, "peak_alloc_gb": alloc, "peak_reserved_gb": reserved, "setup_s": 1.0,
-            "gpu_name": "G"}
+            "round_spread": spread, "spread_ok": spread_ok, "num_generations": 1, "lora_rank": 0,
+            "sampling": "greedy", "status": status, "reason": None if status == "ok" else "why",
+            "decode_tps": tps if status == "ok" else None, "decode_tps_best": tps, "peak_alloc_gb": alloc,
+            "peak_reserved_gb": reserved, "setup_s": 1.0, "gpu_name": "G"}
 
 
 def test_head_to_head_takes_each_sides_fastest_variant_and_says_what_is_missing():
@@ -22,9 +23,32 @@ def test_head_to_head_takes_each_sides_fastest_variant_and_says_what_is_missing(
     ])
     lines = render.head_to_head(df, "flex", "vllm").splitlines()
     assert lines[0] == "### flex / vllm"
-    assert "| m | greedy | 0 | greedy | 1 | 64 | graphs | 1,500 | default | 1,000 | 1.50 | 20.0 | 120.0 |" in lines
-    assert "| m | sweep | 0 | greedy | 1 | 8 | default | 300 | default | skipped |  | 10.0 |  |" in lines
-    assert "| m | lora | 0 | greedy | 1 | 64 |  | not run | default | 900 |  |  | 10.0 |" in lines
+    assert "| m | greedy | 0 | greedy | 1 | 64 | graphs | 1,500 | default | 1,000 | 1.50 | —, — | 20.0 | 120.0 |" \
+        in lines
+    assert "| m | sweep | 0 | greedy | 1 | 8 | default | 300 | default | skipped |  | —, — | 10.0 |  |" in lines
+    assert "| m | lora | 0 | greedy | 1 | 64 |  | not run | default | 900 |  | —, — |  | 10.0 |" in lines
+
+
+def test_head_to_head_gives_no_ratio_where_either_sides_rounds_spread_over_its_limit(tmp_path):
+    """A pair whose rounds spread past the job's max_round_spread (after its re-measures) shows both spreads and no
+    ratio; a pair within it, or from records that predate the flag, keeps its ratio."""
+    df = pd.DataFrame([
+        row("flex", "greedy", 8, 1800.0, spread=0.012, spread_ok=True),
+        row("vllm", "greedy", 8, 1600.0, spread=0.071, spread_ok=False),
+        row("flex", "greedy", 64, 9600.0, spread=0.02, spread_ok=True),
+        row("vllm", "greedy", 64, 9000.0, spread=0.03, spread_ok=True),
+        row("flex", "greedy", 256, 17000.0, spread=0.2),
+        row("vllm", "greedy", 256, 14000.0, spread=0.01),
+    ])
+    # as the render rule reads it: through the summary CSV, where flags beside missing ones are no longer bools
+    df.to_csv(tmp_path / "s.csv", index=False)
+    lines = render.head_to_head(pd.read_csv(tmp_path / "s.csv"), "flex", "vllm").splitlines()
+    assert ("| m | greedy | 0 | greedy | 1 | 8 | default | 1,800 | default | 1,600 | — (rounds spread over the limit) "
+            "| 1.2%, 7.1% | 10.0 | 10.0 |") in lines
+    assert ("| m | greedy | 0 | greedy | 1 | 64 | default | 9,600 | default | 9,000 | 1.07 | 2.0%, 3.0% | 10.0 "
+            "| 10.0 |") in lines
+    assert ("| m | greedy | 0 | greedy | 1 | 256 | default | 17,000 | default | 14,000 | 1.21 | 20.0%, 1.0% | 10.0 "
+            "| 10.0 |") in lines
 
 
 def test_head_to_head_without_either_backend_says_so():

@@ -7,9 +7,9 @@ GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generat
                "sampling", "status", "reason", "decode_tps", "decode_tps_best", "prompt_tps",
                "median_wall_s", "n_decoded_tokens", "ignore_eos", "len_p50", "len_p90", "eos_rate",
                "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb",
-               "peak_reserved_gb", "setup_s", "rounds", "round_spread", "fresh_prompts", "gpu_name", "gpu_ids",
-               "gpu_uuids", "neighbours", "others_cpu", "torch", "transformers", "started_at", "wall_s", "trace",
-               "n_prompts", "temperature", "attempts", "long_prompts", "prefill_rate", "prompt_tokens_mean",
+               "peak_reserved_gb", "setup_s", "rounds", "round_spread", "spread_ok", "fresh_prompts", "gpu_name",
+               "gpu_ids", "gpu_uuids", "neighbours", "others_cpu", "torch", "transformers", "started_at", "wall_s",
+               "trace", "n_prompts", "temperature", "attempts", "long_prompts", "prefill_rate", "prompt_tokens_mean",
                "prefill_tps", "prefill_engine_tps", "prefill_reason", "prefill_kernel", "prefill_kernel_reason",
                "git_commit", "path"]
 
@@ -40,6 +40,8 @@ def generation_row(rec: dict, path: str) -> dict:
         "peak_reserved_gb": max(reserved) if reserved else None,
         "setup_s": rec.get("setup_s"), "rounds": len(rounds),
         "round_spread": max(walls) / min(walls) - 1 if walls and min(walls) > 0 else None,
+        # within the job's workload.max_round_spread (None: a record before 2026-12-05, or a cell that did not time)
+        "spread_ok": rec.get("spread_ok"),
         # each timed round sent prompts of its own (rounds record their prompt tokens since 2026-12-03); before,
         # every round re-sent the same prompts, which vLLM's prefix cache then skipped
         "fresh_prompts": bool(rounds) and all("prompt_tokens" in r for r in rounds),

@@ -190,32 +190,43 @@ def _best_ok(df: pd.DataFrame, backend: str) -> pd.DataFrame:
     return g.drop_duplicates(["model", "case", "batch_size"]).set_index(["model", "case", "batch_size"])
 
 
+def _spread_failed(r) -> bool:
+    """The cell's timed rounds spread more than its job's max_round_spread, after its re-measures."""
+    v = r.get("spread_ok")
+    return v is not None and not pd.isna(v) and not bool(v)
+
+
 def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
-    """`a` against `b` wherever either ran: decode tok/s of each (its fastest variant, named), a / b, and
-    peak memory (the engine's reserved pool where it reports one, else torch's peak allocation)."""
+    """`a` against `b` wherever either ran: decode tok/s of each (its fastest variant, named), a / b, each side's
+    round spread, and peak memory (the engine's reserved pool where it reports one, else torch's peak allocation).
+    No ratio where either side's rounds spread more than its job allowed: a reader would take it for a measurement."""
     left, right = _best_ok(df, a), _best_ok(df, b)
     keys = sorted(set(left.index) | set(right.index))
     if not keys:
         return f"### {a} / {b}\n\nNeither {a} nor {b} is in these results.\n"
     lines = [f"### {a} / {b}", "",
              (f"| model | case | LoRA r | sampling | n | batch | {a} variant | {a} tok/s | {b} variant | {b} tok/s "
-              f"| {a} / {b} | {a} peak reserved GB | {b} peak reserved GB |"),
-             "|---|---|--:|---|--:|--:|---|--:|---|--:|--:|--:|--:|"]
+              f"| {a} / {b} | round spread {a}, {b} | {a} peak reserved GB | {b} peak reserved GB |"),
+             "|---|---|--:|---|--:|--:|---|--:|---|--:|--:|---|--:|--:|"]
 
     def side(t, key):
         if key not in t.index:
-            return "", "not run", None, ""
+            return "", "not run", None, "", "—", False
         r = t.loc[key]
         if r.status != "ok":
-            return r.variant, r.status, None, ""
-        return r.variant, fmt(r.decode_tps), r.decode_tps, fmt(r.peak_gb, ".1f")
+            return r.variant, r.status, None, "", "—", False
+        spread = r.get("round_spread")
+        shown = "—" if spread is None or pd.isna(spread) else f"{spread:.1%}"
+        return r.variant, fmt(r.decode_tps), r.decode_tps, fmt(r.peak_gb, ".1f"), shown, _spread_failed(r)
 
     for key in keys:
         first = (left if key in left.index else right).loc[key]
-        (na, ta, va, ma), (nb, tb, vb, mb) = side(left, key), side(right, key)
+        (na, ta, va, ma, sa, fa), (nb, tb, vb, mb, sb, fb) = side(left, key), side(right, key)
         ratio = fmt(va / vb, ".2f") if va is not None and vb else ""
+        if ratio and (fa or fb):
+            ratio = "— (rounds spread over the limit)"
         lines.append(f"| {key[0]} | {key[1]} | {first.lora_rank} | {first.sampling} | {first.num_generations} "
-                     f"| {key[2]} | {na} | {ta} | {nb} | {tb} | {ratio} | {ma} | {mb} |")
+                     f"| {key[2]} | {na} | {ta} | {nb} | {tb} | {ratio} | {sa}, {sb} | {ma} | {mb} |")
     return "\n".join(lines) + "\n"
 
 
