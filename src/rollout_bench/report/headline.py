@@ -15,7 +15,7 @@ import pandas as pd
 
 from . import aggregate
 from .train import mismatch_cell
-from .render import bandwidth, fmt, peak_gb
+from .render import bandwidth, fmt, peak_gb, pct
 
 PROFILE = "headline"
 
@@ -183,7 +183,7 @@ def _others(s: pd.Series) -> str:
 
 
 def _spread(s: pd.Series) -> str:
-    return f"{100 * s.round_spread:.1f}%" + ("" if pd.isna(s.others_cpu) else f" ({100 * s.others_cpu:.0f}%)")
+    return pct(s.round_spread) + ("" if pd.isna(s.others_cpu) else f" ({100 * s.others_cpu:.0f}%)")
 
 
 def train_rows(recs: list, a: str, b: str) -> tuple[list[str], list[str], bool]:

@@ -11,6 +11,10 @@ def fmt(v, spec=",.0f"):
     return "" if v is None or pd.isna(v) else format(v, spec)
 
 
+def pct(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{100 * v:.1f}%"  # 5.3% is past the 5% a ratio needs
+
+
 def _with_reference(df: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Add `pct_of_ref`: decode tok/s over the reference backend's on the same model/case/batch."""
     ref = (df[(df.backend == reference) & (df.status == "ok")]
@@ -215,9 +219,8 @@ def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
         r = t.loc[key]
         if r.status != "ok":
             return r.variant, r.status, None, "", "—", False
-        spread = r.get("round_spread")
-        shown = "—" if spread is None or pd.isna(spread) else f"{spread:.1%}"
-        return r.variant, fmt(r.decode_tps), r.decode_tps, fmt(r.peak_gb, ".1f"), shown, _spread_failed(r)
+        return (r.variant, fmt(r.decode_tps), r.decode_tps, fmt(r.peak_gb, ".1f"), pct(r.get("round_spread")) or "—",
+                _spread_failed(r))
 
     for key in keys:
         first = (left if key in left.index else right).loc[key]

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..core import atomic, stats
 from . import aggregate, headline, targets
-from .render import bandwidth, fmt, peak_gb
+from .render import bandwidth, fmt, peak_gb, pct
 
 # a cell is per GPU model: a ratio on an H100 and one on an H200 are two findings, and the newer must not hide the other
 GEN_KEY = ["model", "gpu", "lora_rank", "sampling", "num_generations", "batch_size", "case"]
@@ -238,10 +238,6 @@ def _measured(folder: str, when: str) -> str:
     return f"{when[:10]} [`{folder}`](results/published/{folder}/)"
 
 
-def _pct(v) -> str:
-    return "" if v is None or pd.isna(v) else f"{100 * v:.1f}%"  # 5.3% is past the 5% a ratio needs
-
-
 def _span(runs: pd.DataFrame, speed: str, spec: str) -> str:
     if runs.empty:
         return "—"
@@ -316,14 +312,14 @@ def generation_table(df: pd.DataFrame, a: str = "flex", b: str = "vllm") -> str:
             ratio = f"**{fmt(p.ratio, '.2f')}**" if steady(p) else f"{fmt(p.ratio, '.2f')} (rounds spread)"
             lines.append(head + f"| {fmt(p.decode_tps_a)} | {fmt(p.decode_tps_b)} | {ratio} "
                          + elsewhere + f"| {bandwidth(p.decode_gb_per_s_a, p.of_copy_rate_a)} "
-                         f"| {_pct(p.round_spread_a)}, {_pct(p.round_spread_b)} "
+                         f"| {pct(p.round_spread_a)}, {pct(p.round_spread_b)} "
                          f"| {fmt(p.peak_gb_a, '.0f')}, {fmt(p.peak_gb_b, '.0f')} | {prompts} "
                          f"| {_measured(p.folder, p.when)} |")
         elif c.run[a] is not None and c.run[b] is None and c.skipped[b] is not None:
             r = c.run[a]
             lines.append(head + f"| {fmt(r.decode_tps)} | skipped | — " + elsewhere
                          + f"| {bandwidth(r.decode_gb_per_s, r.of_copy_rate)} "
-                         f"| {_pct(r.round_spread)}, — | {fmt(r.peak_gb, '.0f')}, — | — "
+                         f"| {pct(r.round_spread)}, — | {fmt(r.peak_gb, '.0f')}, — | — "
                          f"| {_measured(r.folder, r.started_at)} |")
     return "\n".join(lines + ["", GEN_NOTE.format(a=a, b=b), ""]
                      + _lists(found, a, b, "decode_tps", ",.0f", "tok/s"))
