@@ -2,10 +2,11 @@
 machine: a dry run needs no GPU), as does `python -m rollout_bench.pipeline.plan --profile P`.
 
 The estimate is read off published stats of the same model and backend (results/published/, smoke runs left out):
-a generation job's overhead (its cells' wall less their timed rounds, the median over published cells, once per
-job) plus, per cell, a warm-up and its timed rounds at the published median round wall of that batch size; a GRPO
-run's overhead plus its steps at the published median step; the autotune pass's, the decode profile's and a mismatch
-job's published wall. A job with no published figure is named as not estimated, never guessed.
+a generation job's overhead (the median over published jobs of its name of their wall less their timed rounds: one
+engine lifetime's set-up, gates and warm-ups) plus, per cell, its timed rounds at the published median round wall of
+cells of the same workload (batch, LoRA, EOS, prompt and completion lengths, trace); a GRPO run's overhead plus its
+steps at the published median step; the autotune pass's, the decode profile's and a mismatch job's published wall.
+A job with no published figure is named as not estimated, never guessed.
 """
 import argparse
 import json
@@ -37,7 +38,11 @@ def _published(root: Path) -> list[dict]:
             rec = json.loads(p.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue
-        if isinstance(rec, dict) and rec.get("status") == "ok" and (rec.get("env") or {}).get("gpu_name"):
+        if not (isinstance(rec, dict) and (rec.get("env") or {}).get("gpu_name")):
+            continue
+        if rec.get("kind") == "generate_job" and all(c.get("status") == "ok" for c in rec.get("cells") or [None]):
+            out.append({**rec, "name": p.stem.removeprefix("job-")})  # its job's name: the file's (GenGroup.record)
+        elif rec.get("status") == "ok":
             out.append(rec)
     return out
 
@@ -52,6 +57,15 @@ def _wall(recs: list[dict], kind: str, slug: str) -> float | None:
     return _median([r["wall_s"] for r in recs if r.get("kind") == kind and r["model"] == slug])
 
 
+def _cell_key(wl: dict) -> tuple:
+    """What sets a cell's round wall on one model and backend: its batch, LoRA or none, EOS, the prompt lengths it
+    draws, the tokens it decodes and the trace it replays. Not the case's name: a sweep cell times what a greedy one
+    of its batch does, and a long-prompt cell of that batch does not."""
+    trace = wl.get("trace")
+    return (wl.get("batch_size"), (wl.get("lora_rank") or 0) > 0, wl.get("ignore_eos"), wl.get("max_new_tokens"),
+            tuple(wl.get("prompt_tokens") or ()), trace["name"] if trace else None)
+
+
 def estimate(cfg: dict, root="results/published") -> list[dict]:
     """One row per GPU job: what it is, its cells, and its estimated seconds (None: no published figure)."""
     recs = _published(Path(root))
@@ -61,18 +75,20 @@ def estimate(cfg: dict, root="results/published") -> list[dict]:
         rows.append({"job": f"autotune {slug}", "cells": 0, "seconds": _wall(recs, "autotune", slug)})
     for g in jobs.gen_groups(cfg):
         mine = [r for r in gen if r["model"] == g.model_slug and r["backend"] == g.backend]
-        overhead = _median([r["wall_s"] - sum(x["wall_s"] for x in r["rounds"]) for r in mine])
+        # a published job of this name: its wall less its timed rounds is the set-up, warm-ups and gates of one engine
+        # lifetime; else (runs before one process served a job's cells) a cell's wall less its rounds, once
+        lifetimes = [r["wall_s"] - r["timed_s"] for r in recs if r.get("kind") == "generate_job"
+                     and r["model"] == g.model_slug and r["backend"] == g.backend and r["name"] == g.name]
+        overhead = _median(lifetimes) if lifetimes else _median(
+            [r["wall_s"] - sum(x["wall_s"] for x in r["rounds"]) for r in mine])
         total, unknown = overhead, 0
         for c in g.cells:
             wl = jobs.job_workload(cfg, c.model, c.backend, c.case, c.batch_size)
-            same = [r["median_wall_s"] for r in mine if r["workload"].get("batch_size") == c.batch_size
-                    and (r["workload"]["lora_rank"] > 0) == (wl["lora_rank"] > 0) and not r["workload"].get("trace")
-                    and r["workload"]["ignore_eos"] == wl["ignore_eos"] and not wl.get("trace")]
-            cell = _median(same)
+            cell = _median([r["median_wall_s"] for r in mine if _cell_key(r["workload"]) == _cell_key(wl)])
             if cell is None:
                 unknown += 1
             elif total is not None:
-                total += cell * (wl["rounds"] + 1)
+                total += cell * (wl["rounds"] + (0 if lifetimes else 1))  # a job record's warm-ups are in its set-up
         rows.append({"job": g.key, "cells": len(g.cells), "seconds": total, "unknown_cells": unknown})
     for path in jobs.decode_profile_paths(cfg):
         slug = path.split("/")[2]

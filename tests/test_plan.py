@@ -1,0 +1,69 @@
+"""A dry run's estimate of a profile's GPU time, read off published stats (pipeline/plan.py)."""
+import json
+
+import pytest
+import yaml
+
+from rollout_bench.pipeline import config, jobs, plan
+
+from .conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def headline():
+    return config.resolve({**yaml.safe_load((ROOT / "config/config.yaml").read_text()), "profile": "headline"})
+
+
+def _group(cfg, backend, lora=False):
+    return next(g for g in jobs.gen_groups(cfg) if g.backend == backend and g.lora == lora and g.model_slug == "qwen3-4b")
+
+
+def _cell(pub, cfg, cell, round_s, **workload):
+    """A published cell of `cell`'s workload (with `workload`'s keys changed) whose rounds took `round_s` each."""
+    wl = {**jobs.job_workload(cfg, cell.model, cell.backend, cell.case, cell.batch_size), **workload}
+    rec = {"kind": "generate", "status": "ok", "model": "qwen3-4b", "backend": cell.backend, "workload": wl,
+           "env": {"gpu_name": "NVIDIA H200"}, "rounds": [{"wall_s": round_s}] * wl["rounds"],
+           "median_wall_s": round_s, "wall_s": round_s * wl["rounds"] + 10.0}
+    path = pub / f"run/{cell.case}-{cell.batch_size}-{round_s}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rec))
+
+
+def _row(cfg, pub, key):
+    return next(r for r in plan.estimate(cfg, pub) if r["job"] == key)
+
+
+def test_each_cell_is_timed_by_published_cells_of_its_own_workload(headline, tmp_path):
+    """The rollout cell by published cells that replayed its trace; a greedy cell by greedy cells of its batch, not
+    by long-prompt cells of that batch (2k-8k prompts, 64 tokens), nor by the rollout."""
+    g = _group(headline, "flex")
+    rollout = next(c for c in g.cells if c.case == "rollout")
+    greedy = next(c for c in g.cells if c.case == "greedy" and c.batch_size == 8)
+    pub = tmp_path / "pub"
+    _cell(pub, headline, rollout, 5.0)
+    _cell(pub, headline, greedy, 2.0)
+    _cell(pub, headline, greedy, 0.5, prompt_tokens=[2048, 8192], max_new_tokens=64, case="prefill")
+    _cell(pub, headline, greedy, 9.0, batch_size=128)  # a batch the profile does not time
+    row = _row(headline, pub, g.key)
+    assert row["unknown_cells"] == len(g.cells) - 2
+    # no job record: a cell's wall less its rounds (10 s) once, then a warm-up and the timed rounds of each cell
+    rounds = jobs.job_workload(headline, greedy.model, "flex", "greedy", 8)["rounds"]
+    assert row["seconds"] == pytest.approx(10.0 + (5.0 + 2.0) * (rounds + 1))
+
+
+def test_a_published_job_gives_one_engine_lifetime_of_overhead(headline, tmp_path):
+    """Where a job of the same name was published (one engine serving its cells), its wall less its timed rounds is
+    the overhead, warm-ups included; a job with a failed cell is not counted, nor one of another name."""
+    g = _group(headline, "vllm", lora=True)
+    pub = tmp_path / "pub"
+    for c in g.cells:
+        _cell(pub, headline, c, 3.0)
+    for name, wall, status in (("job-lora", 100.0, "ok"), ("job-lora", 200.0, "ok"), ("job-lora", 900.0, "failed"),
+                               ("job-base", 700.0, "ok")):
+        rec = {"kind": "generate_job", "model": "qwen3-4b", "backend": "vllm", "variant": "default",
+               "env": {"gpu_name": "NVIDIA H200"}, "wall_s": wall, "timed_s": 40.0, "cells": [{"status": status}]}
+        path = pub / f"run-{wall:.0f}/generate/qwen3-4b/vllm/default/{name}.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(rec))
+    rounds = jobs.job_workload(headline, g.cells[0].model, "vllm", g.cells[0].case, g.cells[0].batch_size)["rounds"]
+    assert _row(headline, pub, g.key)["seconds"] == pytest.approx(110.0 + len(g.cells) * 3.0 * rounds)
