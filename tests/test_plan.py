@@ -15,7 +15,7 @@ def headline():
 
 
 def _group(cfg, backend, lora=False):
-    return next(g for g in jobs.gen_groups(cfg) if g.backend == backend and g.lora == lora and g.model_slug == "qwen3-4b")
+    return next(g for g in jobs.gen_groups(cfg) if (g.backend, g.lora, g.model_slug) == (backend, lora, "qwen3-4b"))
 
 
 def _cell(pub, cfg, cell, round_s, **workload):
