@@ -134,3 +134,17 @@ def test_a_failure_reason_with_a_traceback_stays_in_its_row():
     assert len(mine) == 1 and mine[0].endswith(
         "| failed: building the engine: InductorError: File 'x', line 3 a \\| b OutOfMemoryError |"), mine
     assert not any(line.startswith("  ") for line in lines)
+
+
+def test_one_spread_verdict_for_every_table(tmp_path):
+    """The answer block and the targets (headline.over_limit) take the verdict the generation table shows: the job's
+    own spread_ok, whatever the folder's limit says; the folder's limit only for records that carry none."""
+    from rollout_bench.report import headline
+
+    df = pd.DataFrame([row("a", "greedy", 8, 1.0, spread=0.03, spread_ok=False),  # its case's own limit was tighter
+                       row("b", "greedy", 8, 1.0, spread=0.07, spread_ok=True),  # its case's own limit was wider
+                       row("c", "greedy", 8, 1.0, spread=0.07), row("d", "greedy", 8, 1.0, spread=0.03)])
+    df.to_csv(tmp_path / "s.csv", index=False)
+    sides = [r for _, r in pd.read_csv(tmp_path / "s.csv").iterrows()]
+    assert [s.backend for s in headline.over_limit(sides, 0.05)] == ["a", "c"]
+    assert [s.backend for s in headline.over_limit(sides, None)] == ["a"]

@@ -15,7 +15,7 @@ import pandas as pd
 
 from . import aggregate
 from .train import mismatch_cell
-from .render import bandwidth, fmt, peak_gb, pct
+from .render import bandwidth, fmt, peak_gb, pct, spread_failed
 
 PROFILE = "headline"
 
@@ -58,8 +58,9 @@ def spread_limit(cfg: dict) -> float | None:
 
 
 def over_limit(sides, limit: float | None) -> list:
-    """The sides (rows of the generation frame) whose timed rounds spread more than `limit`."""
-    return [s for s in sides if limit is not None and s.round_spread > limit]
+    """The sides (rows of the generation frame) whose timed rounds spread more than their job's limit (render's
+    verdict, the one the generation table shows; `limit` for records that carry none)."""
+    return [s for s in sides if spread_failed(s, limit)]
 
 
 def _read(folder: Path) -> list[tuple[Path, dict]]:
@@ -164,7 +165,7 @@ def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None,
             again = " after the job measured it again" if max(x.attempts, y.attempts) > 1 else ""
             notes.append(f"{name}, B = {key[1]}: no ratio, rounds spread "
                          + ", ".join(f"{s.backend} {100 * s.round_spread:.0f}%{_others(s)}" for s in spread_bad)
-                         + f" (over {100 * limit:.0f}%{again})")
+                         + f" (over {'its limit' if limit is None else f'{100 * limit:.0f}%'}{again})")
         last = f"{fmt(x.time_to_last_s, '.2f')}, {fmt(y.time_to_last_s, '.2f')} ({last_ratio})"
         rows.append(f"| {name} | {key[1]} | {fmt(x.decode_tps)} | {fmt(y.decode_tps)} | {ratio} | {last} "
                     f"| {bandwidth(x.decode_gb_per_s, x.of_copy_rate)} "

@@ -194,10 +194,14 @@ def _best_ok(df: pd.DataFrame, backend: str) -> pd.DataFrame:
     return g.drop_duplicates(["model", "case", "batch_size"]).set_index(["model", "case", "batch_size"])
 
 
-def _spread_failed(r) -> bool:
-    """The cell's timed rounds spread more than its job's max_round_spread, after its re-measures."""
+def spread_failed(r, limit: float | None = None) -> bool:
+    """The cell's timed rounds spread more than its job's max_round_spread, after its re-measures: the job's own
+    verdict (spread_ok), or for a record without one (before 2026-12-05) its round spread against `limit`."""
     v = r.get("spread_ok")
-    return v is not None and not pd.isna(v) and not bool(v)
+    if v is not None and not pd.isna(v):
+        return not bool(v)
+    spread = r.get("round_spread")
+    return limit is not None and spread is not None and not pd.isna(spread) and spread > limit
 
 
 def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
@@ -220,7 +224,7 @@ def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
         if r.status != "ok":
             return r.variant, r.status, None, "", "—", False
         return (r.variant, fmt(r.decode_tps), r.decode_tps, fmt(r.peak_gb, ".1f"), pct(r.get("round_spread")) or "—",
-                _spread_failed(r))
+                spread_failed(r))
 
     for key in keys:
         first = (left if key in left.index else right).loc[key]
