@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..core import envinfo
 from ..core.workload import GenSpec, Sampling
 from ..host import isolation
-from . import trace
+from . import round_probe, trace
 
 
 def spec_from_workload(wl: dict, model_dir: str, adapter_dir: str | None, variant: str,
@@ -86,14 +86,15 @@ def timed_rounds(gen, rounds: list[list[list[int]]], n: int, sync, draws: Draws)
         for i, prompts in enumerate(rounds):
             budgets = draws.budgets(1 + i, prompts)
             sync()
-            t = time.perf_counter()
-            outs = call(gen, prompts, n, budgets)
-            sync()
-            wall = time.perf_counter() - t
+            with round_probe.probe() as process:
+                t = time.perf_counter()
+                outs = call(gen, prompts, n, budgets)
+                sync()
+                wall = time.perf_counter() - t
             assert len(outs) == len(prompts) * n, (len(outs), len(prompts), n)
             walls.append(wall)
             rec = {"wall_s": round(wall, 6), "decoded_tokens": sum(map(len, outs)),
-                   "prompt_tokens": sum(map(len, prompts)) * n}
+                   "prompt_tokens": sum(map(len, prompts)) * n, "process": process}
             if budgets is not None:
                 rec["budgets"] = {"digest": trace.digest(budgets), "tokens": sum(budgets)}
             per_round.append(rec)
@@ -119,6 +120,7 @@ def measure_cell(gen, spec: GenSpec, workload: dict, attempts: list[list[list[li
     if warmup:
         call(gen, warmup, n, draws.budgets(0, warmup))
     sync()
+    frozen = round_probe.freeze_heap()  # inside setup: the timed rounds start on a frozen heap
     t_first = time.perf_counter()
     limit, tried = workload.get("max_round_spread"), []
     for rounds in attempts:  # every attempt replays draws 1.. again: its budgets are the other engine's too
@@ -153,6 +155,7 @@ def measure_cell(gen, spec: GenSpec, workload: dict, attempts: list[list[list[li
             "decode_tps_best": round(max(decode_rates), 2),
             "prompt_tps": round(statistics.median(r["prompt_tokens"] / w for r, w in zip(per_round, walls)), 2),
             "timed_s": round(timed_s, 3),
+            "gc_frozen_objects": frozen,
             "isolation": isolation.record(window),
         },
     }
