@@ -11,11 +11,14 @@ GEN = ROOT / "results/published/h200-2026-12-04-session16/runs/generate/qwen3-4b
 TRAIN = ROOT / "results/published/h200-2026-12-03-session12/learn/train/qwen3-small-warm"
 
 
-def _cell(res, backend, case, bs, tps, walls, uuid="GPU-a", commit="c0ffee", lora=0, others=None):
+def _cell(res, backend, case, bs, tps, walls, uuid="GPU-a", commit="c0ffee", lora=0, others=None, cpu=None):
+    """cpu: the engine thread's CPU seconds and the collector's pause in each round (round_probe), if recorded."""
     rec = json.loads((GEN / {"flex": "flex/graphs", "vllm": "vllm/default"}[backend] / "sweep/bs8.json").read_text())
     rec = copy.deepcopy(rec)
     rec.update(case=case, decode_tps=tps, rounds=[{"wall_s": w, "decoded_tokens": 100, "prompt_tokens": 10}
                                                     for w in walls])
+    for r, (thread_s, gc_s) in zip(rec["rounds"], cpu or []):
+        r["process"] = {"cpu_s": thread_s, "thread_cpu_s": thread_s, "gc": {"passes": [9, 1, 1], "pause_s": gc_s}}
     rec["workload"].update(case=case, batch_size=bs, lora_rank=lora)
     rec["env"].update(gpu_uuids=[uuid], git_commit=commit, git_dirty=False)
     if others is not None:
@@ -48,7 +51,8 @@ def _run(tmp_path, name, profile="headline", flex_walls=(1.0, 1.01, 1.02), invoc
     res = tmp_path / name / "results"
     _cell(res, "flex", "greedy", 8, 3000.0, flex_walls)
     _cell(res, "vllm", "greedy", 8, 2000.0, (1.0, 1.0, 1.03))
-    _cell(res, "flex", "greedy", 64, 9000.0, (1.0, 1.2, 1.0), others=0.3)  # spread 20%: no ratio
+    _cell(res, "flex", "greedy", 64, 9000.0, (1.0, 1.2, 1.0), others=0.3,  # spread 20%: no ratio
+          cpu=[(0.95, 0.01), (1.14, 0.19), (0.96, 0.01)])
     _cell(res, "vllm", "greedy", 64, 10000.0, (1.0, 1.0, 1.0))
     _cell(res, "flex", "lora", 64, 8000.0, (1.0, 1.0, 1.0), lora=32)
     _train(res, "flex", 2.0)
@@ -86,6 +90,9 @@ def test_the_answer_is_the_newest_headline_run_alone(tmp_path):
     assert "| — |" in rows["greedy 64"]  # flex's rounds spread 20% > 5%: no ratio, and it says why
     # ... with the host's load elsewhere during those rounds, where the stats record it
     assert "greedy, B = 64: no ratio, rounds spread flex 20% with 30% of the host's CPUs busy elsewhere" in text
+    # ... and where its slowest round's time went against its fastest's (first of the equal fastest)
+    assert ("20% with 30% of the host's CPUs busy elsewhere; its slowest round 1.20 s (0.19 s collecting garbage, "
+            "the engine's thread on a CPU 95% of it), its fastest 1.00 s (95%) (over 5%)") in text
     assert "| 20.0% (30%), 0.0% |" in rows["greedy 64"]
     assert "lora (LoRA r32), B = 64: flex ok, vllm not run" in text  # one side only: named, not compared
     assert "not run by either: lora B = 8" in text and "This run did not finish" in text

@@ -179,8 +179,14 @@ def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None,
 
 
 def _others(s: pd.Series) -> str:
-    """The CPU load of everything else on the host during a side's rounds, where its stats record it."""
-    return "" if pd.isna(s.others_cpu) else f" with {100 * s.others_cpu:.0f}% of the host's CPUs busy elsewhere"
+    """The CPU load of everything else on the host during a side's rounds, and where its slowest round's time went
+    against its fastest's, where its stats record them."""
+    out = "" if pd.isna(s.others_cpu) else f" with {100 * s.others_cpu:.0f}% of the host's CPUs busy elsewhere"
+    if not pd.isna(s.slow_round_s):
+        out += (f"; its slowest round {s.slow_round_s:.2f} s ({s.slow_round_gc_s:.2f} s collecting garbage, the "
+                f"engine's thread on a CPU {100 * s.slow_round_cpu:.0f}% of it), its fastest {s.fast_round_s:.2f} s "
+                f"({100 * s.fast_round_cpu:.0f}%)")
+    return out
 
 
 def _spread(s: pd.Series) -> str:
