@@ -7,6 +7,9 @@
 #   T  the GPU tests (pytest -m gpu)
 #   P  S and T beside each other (neither is timed for a result), before H: a session's device time for all three;
 #      T starts once the core group is installed, while the vLLM group's wheels are still arriving
+#   E  the smoke run on the core group alone, from the core group's install on, while the vLLM group's wheels are
+#      still arriving (its vLLM jobs say `skipped`; H's vLLM jobs run that path): a session short of device time
+#      checks the GPU paths in the carries' wall; the next step waits for it
 #   F  FlashAttention-4 (issue 50), alone on the GPU: its GPU test (tests/test_engine_fa4_gpu.py), then the prefill
 #      profile, whose fa4 jobs run with the fa4 group's site first on their path (`sites`); the group arrives like the
 #      others (`stash.sh fa4/batchNNN ... install fa4`). Where its install failed, the profile runs without the site
@@ -68,11 +71,13 @@ fa4() {
   run_profile F /tmp/p prefill 900 profile=prefill ${sites:+"$sites"}
 }
 step P && { gpu_tests & }
+step E && { (SITE=/tmp/site-core; smoke) & }
 [ "${CORE_ONLY:-0}" = 1 ] && SITE=/tmp/site-core || wait_for vllm
 # the steps in the order named (P F H: the prefill profile before the headline, where the budget may cut the last)
 for s in $STEPS; do
   case $s in
     P) smoke; wait ;;
+    E) wait ;;
     S) smoke ;;
     H) say "H start"; run_profile H /tmp/w headline "" profile=headline ;;
     F) fa4 ;;
