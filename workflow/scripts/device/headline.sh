@@ -14,6 +14,7 @@
 #      profile, whose fa4 jobs run with the fa4 group's site first on their path (`sites`); the group arrives like the
 #      others (`stash.sh fa4/batchNNN ... install fa4`). Where its install failed, the profile runs without the site
 #      and its fa4 jobs say `skipped`
+# H_TARGETS: what H asks Snakemake for (default: the whole profile), e.g. two jobs' records for a short session.
 # CORE_ONLY=1: no vLLM group (the plan does not wait for it; S and H then record vLLM `skipped`); GPU_TESTS: the test
 # files T runs (default: all of tests/).
 # S and H share one compile-cache directory, as the jobs of one host do (host/compile_cache.py): what vLLM compiles
@@ -38,13 +39,14 @@ SITE=/tmp/site-vllm:/tmp/site-core
 # run_profile STEP DIR NAME TIMEOUT CONFIG...: snakemake on one GPU in a fresh copy of the tree at DIR with --config
 # CONFIG..., its log /tmp/NAME.log and its wall in /tmp/NAME_wall_s; TIMEOUT seconds, or "" for none
 run_profile() {
-  local step=$1 dir=$2 name=$3 limit=$4
+  local step=$1 dir=$2 name=$3 limit=$4 targets=""
+  [ "$step" = H ] && targets="${H_TARGETS:-}"
   shift 4
   rm -rf $dir && mkdir -p $dir && cp -r Snakefile rules workflow config src envs profiles pyproject.toml $dir/
   (cd $dir
    t0=$(date +%s)
-   env $CACHES PYTHONPATH=$SITE:$PWD/src ${limit:+timeout $limit} python3 -m snakemake --cores 16 --resources gpu=1 \
-     --config "$@" --keep-going > /tmp/$name.log 2>&1
+   env $CACHES PYTHONPATH=$SITE:$PWD/src ${limit:+timeout $limit} python3 -m snakemake $targets --cores 16 \
+     --resources gpu=1 --config "$@" --keep-going > /tmp/$name.log 2>&1
    rc=$?
    say "$step rc=$rc wall=$(( $(date +%s) - t0 ))s"
    echo "$(( $(date +%s) - t0 ))" > /tmp/${name}_wall_s)
