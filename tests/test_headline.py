@@ -15,8 +15,10 @@ def _cell(res, backend, case, bs, tps, walls, uuid="GPU-a", commit="c0ffee", lor
     """cpu: the engine thread's CPU seconds and the collector's pause in each round (round_probe), if recorded."""
     rec = json.loads((GEN / {"flex": "flex/graphs", "vllm": "vllm/default"}[backend] / "sweep/bs8.json").read_text())
     rec = copy.deepcopy(rec)
-    rec.update(case=case, decode_tps=tps, rounds=[{"wall_s": w, "decoded_tokens": 100, "prompt_tokens": 10}
-                                                    for w in walls])
+    # under ignore_eos every round decodes the same tokens: tps at the median round
+    decoded = round(tps * sorted(walls)[len(walls) // 2])
+    rec.update(case=case, decode_tps=tps, decode_tps_best=decoded / min(walls),
+               rounds=[{"wall_s": w, "decoded_tokens": decoded, "prompt_tokens": 10} for w in walls])
     for r, (thread_s, gc_s) in zip(rec["rounds"], cpu or []):
         r["process"] = {"cpu_s": thread_s, "thread_cpu_s": thread_s, "gc": {"passes": [9, 1, 1], "pause_s": gc_s}}
     rec["workload"].update(case=case, batch_size=bs, lora_rank=lora)
@@ -87,12 +89,15 @@ def test_the_answer_is_the_newest_headline_run_alone(tmp_path):
     # beside speed, each side's logprobs against the trainer's (mismatch job), '—' where a side was not scored
     assert rows["greedy 8"].endswith("| 0.031 (0.21); 7.7e-04 · — |") and rows["greedy 64"].endswith("| — · — |")
     assert "on up to 4 rows of the cell's last timed round" in text
-    assert "| — |" in rows["greedy 64"]  # flex's rounds spread 20% > 5%: no ratio, and it says why
+    # flex's rounds spread 20% > 5%: the ratio is flagged, with its range over the rounds: flex's slowest round
+    # (9,000 tokens in 1.2 s) against vLLM's fastest (10,000 tok/s), and flex's fastest against vLLM's slowest
+    assert "| 0.90 ⚑ (0.75–0.90) |" in rows["greedy 64"] and "**" not in rows["greedy 64"].split("|")[5]
     # ... with the host's load elsewhere during those rounds, where the stats record it
-    assert "greedy, B = 64: no ratio, rounds spread flex 20% with 30% of the host's CPUs busy elsewhere" in text
+    assert "greedy, B = 64: flagged, rounds spread flex 20% with 30% of the host's CPUs busy elsewhere" in text
     # ... and where its slowest round's time went against its fastest's (first of the equal fastest)
     assert ("20% with 30% of the host's CPUs busy elsewhere; its slowest round 1.20 s (0.19 s collecting garbage, "
-            "the engine's thread on a CPU 95% of it), its fastest 1.00 s (95%) (over 5%)") in text
+            "the engine's thread on a CPU 95% of it), its fastest 1.00 s (95%) (over 5%); flex / vllm 0.75–0.90 over "
+            "the rounds") in text
     assert "| 20.0% (30%), 0.0% |" in rows["greedy 64"]
     assert "lora (LoRA r32), B = 64: flex ok, vllm not run" in text  # one side only: named, not compared
     assert "not run by either: lora B = 8" in text and "This run did not finish" in text
@@ -132,7 +137,15 @@ def test_a_run_cut_short_is_not_the_answer_while_a_finished_one_exists(tmp_path)
     assert [f.name for f in headline.folders(root)] == ["done", "cut"]  # "cut" published last
     text = headline.block(root)
     assert text.startswith("From [`done`]") and "The invocation took 700 s" in text
-    assert "A newer headline run was cut short before its end and is not the answer: `cut`" in text
+    assert "A newer headline run was cut short before its end, or ran part of the profile, and is not the answer: " \
+           "`cut`" in text
+    # a finished run of named targets only (part of the profile) is not the answer either
+    (root / "cut" / "logs/invocation.json").write_text(json.dumps(
+        {"command": "snakemake results/generate/qwen3-4b/vllm/default/job-base.json --cores 16 --config "
+                    "profile=headline", "wall_s": 300.0, "ok": True}))
+    assert headline.targets(root / "cut") == ["results/generate/qwen3-4b/vllm/default/job-base.json"]
+    assert headline.targets(root / "done") == [] and headline.block(root).startswith("From [`done`]")
+    (root / "cut" / "logs/invocation.json").write_text(json.dumps({"command": "snakemake", "t0": 0.0, "wall_s": None}))
     # with no finished run, the newest is the answer, and says it did not end
     (root / "done").rename(tmp_path / "aside")
     assert headline.block(root).startswith("From [`cut`]") and "cut short" not in headline.block(root)

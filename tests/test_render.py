@@ -9,7 +9,10 @@ def row(backend, case, bs, tps, status="ok", variant="default", reserved=None, a
     return {"model": "m", "backend": backend, "variant": variant, "case": case, "batch_size": bs,
             "round_spread": spread, "spread_ok": spread_ok, "num_generations": 1, "lora_rank": 0,
             "sampling": "greedy", "status": status, "reason": None if status == "ok" else "why",
-            "decode_tps": tps if status == "ok" else None, "decode_tps_best": tps, "peak_alloc_gb": alloc,
+            "decode_tps": tps if status == "ok" else None, "peak_alloc_gb": alloc,
+            # the fastest and the slowest round, `spread` apart
+            "decode_tps_best": tps and tps * (1 + (spread or 0) / 2),
+            "decode_tps_worst": tps and tps * (1 - (spread or 0) / 2),
             "peak_reserved_gb": reserved, "setup_s": 1.0, "gpu_name": "G"}
 
 
@@ -29,9 +32,10 @@ def test_head_to_head_takes_each_sides_fastest_variant_and_says_what_is_missing(
     assert "| m | lora | 0 | greedy | 1 | 64 |  | not run | default | 900 |  | —, — |  | 10.0 |" in lines
 
 
-def test_head_to_head_gives_no_ratio_where_either_sides_rounds_spread_over_its_limit(tmp_path):
-    """A pair whose rounds spread past the job's max_round_spread (after its re-measures) shows both spreads and no
-    ratio; a pair within it, or from records that predate the flag, keeps its ratio."""
+def test_head_to_head_flags_the_ratio_where_either_sides_rounds_spread_over_its_limit(tmp_path):
+    """A pair whose rounds spread past the job's max_round_spread (after its re-measures) shows both spreads and its
+    ratio flagged, with the range over the rounds; a pair within it, or from records that predate the flag, keeps
+    its bare ratio."""
     df = pd.DataFrame([
         row("flex", "greedy", 8, 1800.0, spread=0.012, spread_ok=True),
         row("vllm", "greedy", 8, 1600.0, spread=0.071, spread_ok=False),
@@ -43,7 +47,8 @@ def test_head_to_head_gives_no_ratio_where_either_sides_rounds_spread_over_its_l
     # as the render rule reads it: through the summary CSV, where flags beside missing ones are no longer bools
     df.to_csv(tmp_path / "s.csv", index=False)
     lines = render.head_to_head(pd.read_csv(tmp_path / "s.csv"), "flex", "vllm").splitlines()
-    assert ("| m | greedy | 0 | greedy | 1 | 8 | default | 1,800 | default | 1,600 | — (rounds spread over the limit) "
+    # flex's slowest round (1,800 x 0.994) against vLLM's fastest (1,600 x 1.0355), and the other way round
+    assert ("| m | greedy | 0 | greedy | 1 | 8 | default | 1,800 | default | 1,600 | 1.12 ⚑ (1.08–1.17) "
             "| 1.2%, 7.1% | 10.0 | 10.0 |") in lines
     assert ("| m | greedy | 0 | greedy | 1 | 64 | default | 9,600 | default | 9,000 | 1.07 | 2.0%, 3.0% | 10.0 "
             "| 10.0 |") in lines

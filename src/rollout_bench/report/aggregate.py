@@ -8,8 +8,8 @@ GEN_COLUMNS = ["model", "backend", "variant", "case", "batch_size", "num_generat
                "median_wall_s", "n_decoded_tokens", "ignore_eos", "len_p50", "len_p90", "eos_rate",
                "time_to_last_s", "decode_occupancy", "decode_gb_per_s", "of_copy_rate", "peak_alloc_gb",
                "peak_reserved_gb", "setup_s", "rounds", "round_spread", "spread_ok", "fresh_prompts", "gpu_name",
-               "gpu_ids", "gpu_uuids", "neighbours", "others_cpu", "slow_round_s", "slow_round_gc_s", "slow_round_cpu",
-               "fast_round_s", "fast_round_cpu", "torch", "transformers", "started_at", "wall_s",
+               "gpu_ids", "gpu_uuids", "neighbours", "others_cpu", "slow_round_s", "fast_round_s", "decode_tps_worst",
+               "slow_round_gc_s", "slow_round_cpu", "fast_round_cpu", "torch", "transformers", "started_at", "wall_s",
                "trace", "n_prompts", "temperature", "attempts", "long_prompts", "prefill_rate", "prompt_tokens_mean",
                "prefill_tps", "prefill_engine_tps", "prefill_reason", "prefill_kernel", "prefill_kernel_reason",
                "git_commit", "path"]
@@ -51,7 +51,7 @@ def generation_row(rec: dict, path: str) -> dict:
         "neighbours": neighbours(rec.get("isolation")),
         # the CPU time of everything but the job during its timed rounds, of all the host's CPUs' (None: not recorded)
         "others_cpu": ((rec.get("isolation") or {}).get("host_load") or {}).get("others"),
-        **round_probe(rounds),
+        **round_bounds(rounds),
         "torch": env.get("torch"), "transformers": env.get("transformers"),
         "started_at": rec["started_at"], "wall_s": rec["wall_s"],
         "trace": (wl.get("trace") or {}).get("name"), "n_prompts": rec.get("n_prompts", wl.get("n_prompts")),
@@ -67,17 +67,20 @@ def generation_row(rec: dict, path: str) -> dict:
     }
 
 
-def round_probe(rounds: list[dict]) -> dict:
-    """The slowest and the fastest timed round's wall, its collector pauses and the share of it the engine's
-    calling thread spent on a CPU (generation/round_probe.py; None before 2026-12-07)."""
-    probed = [r for r in rounds if r.get("process")]
-    if not probed:
-        return {"slow_round_s": None, "slow_round_gc_s": None, "slow_round_cpu": None, "fast_round_s": None,
-                "fast_round_cpu": None}
-    slow, fast = (f(probed, key=lambda r: r["wall_s"]) for f in (max, min))
-    return {"slow_round_s": slow["wall_s"], "slow_round_gc_s": slow["process"]["gc"]["pause_s"],
-            "slow_round_cpu": slow["process"]["thread_cpu_s"] / slow["wall_s"],
-            "fast_round_s": fast["wall_s"], "fast_round_cpu": fast["process"]["thread_cpu_s"] / fast["wall_s"]}
+def round_bounds(rounds: list[dict]) -> dict:
+    """The reported attempt's slowest and fastest timed round: walls, the slowest round's decode rate (the fastest's
+    is the record's decode_tps_best), and, where recorded (generation/round_probe.py, since 2026-12-07), the slowest
+    round's collector pauses and the share of each round the engine's calling thread spent on a CPU."""
+    if not rounds:
+        return dict.fromkeys(("slow_round_s", "fast_round_s", "decode_tps_worst", "slow_round_gc_s",
+                              "slow_round_cpu", "fast_round_cpu"))
+    slow, fast = (f(rounds, key=lambda r: r["wall_s"]) for f in (max, min))
+    probed = "process" in slow and "process" in fast
+    return {"slow_round_s": slow["wall_s"], "fast_round_s": fast["wall_s"],
+            "decode_tps_worst": min(r["decoded_tokens"] / r["wall_s"] for r in rounds),
+            "slow_round_gc_s": slow["process"]["gc"]["pause_s"] if probed else None,
+            "slow_round_cpu": slow["process"]["thread_cpu_s"] / slow["wall_s"] if probed else None,
+            "fast_round_cpu": fast["process"]["thread_cpu_s"] / fast["wall_s"] if probed else None}
 
 
 def neighbours(isolation: dict | None) -> int | None:

@@ -1,21 +1,23 @@
 """The README's answer: flex against vLLM from the newest published headline run alone (profile `headline`: every
 cell side by side on one GPU, in one invocation, at one commit), regenerated from its stats, never typed. A run
-whose invocation did not record its end (cut short: the device's budget ran out) is not the answer while a finished
-one exists; the block names it, and its pairs stay in STANDINGS.md.
+whose invocation did not record its end (cut short: the device's budget ran out), or asked for named targets only
+(part of the profile), is not the answer while a whole finished one exists; the block names it, and its pairs stay
+in STANDINGS.md.
 
-A cell's ratio is shown only where both sides are `ok` and each side's timed rounds spread at most the run's
-max_round_spread (the job measured a cell again while they spread more; what it still saw is named below the
-table). The run's start-up share is its GPU jobs' set-up seconds over their walls, from the generation jobs'
-records and the training stats.
+A cell's ratio is shown where both sides are `ok`. Where either side's timed rounds spread more than the run's
+max_round_spread (the job measured the cell again while they did), the ratio is flagged and given with its range
+over the rounds, the spread named below the table with where the slowest round's time went. The run's start-up
+share is its GPU jobs' set-up seconds over their walls, from the generation jobs' records and the training stats.
 """
 import json
+import shlex
 from pathlib import Path
 
 import pandas as pd
 
 from . import aggregate
 from .train import mismatch_cell
-from .render import bandwidth, fmt, peak_gb, pct, spread_failed
+from .render import bandwidth, fmt, fmt_range, last_range, peak_gb, pct, spread_failed, tps_range
 
 PROFILE = "headline"
 
@@ -36,10 +38,22 @@ def cut_short(folder: Path) -> bool:
     return p.exists() and json.loads(p.read_text()).get("wall_s") is None
 
 
+def targets(folder: Path) -> list[str]:
+    """The targets the run's invocation asked Snakemake for (its own argument parser reads the recorded command):
+    none where it ran the whole profile, or where no invocation is recorded."""
+    p = folder / "logs" / "invocation.json"
+    if not p.exists():
+        return []
+    from snakemake.cli import get_argument_parser
+    return sorted(get_argument_parser().parse_args(shlex.split(json.loads(p.read_text())["command"])[1:]).targets)
+
+
 def answer(found: list[Path]) -> tuple[Path, list[Path]]:
-    """(the folder the answer comes from: the newest finished run, else the newest; the cut-short runs newer)"""
+    """(the folder the answer comes from: the newest run of the whole profile that finished, else the newest
+    finished, else the newest; the runs newer than it: cut short, or of named targets only)"""
     finished = [f for f in found if not cut_short(f)]
-    folder = (finished or found)[-1]
+    whole = [f for f in finished if not targets(f)]
+    folder = (whole or finished or found)[-1]
     return folder, found[found.index(folder) + 1:]
 
 
@@ -161,11 +175,15 @@ def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None,
         ratio = f"**{fmt(x.decode_tps / y.decode_tps, '.2f')}**"
         last_ratio = f"**{fmt(x.time_to_last_s / y.time_to_last_s, '.2f')}**"
         if spread_bad:
-            ratio = last_ratio = "—"
+            tps, last = tps_range(x, y), last_range(x, y)
+            ratio = f"{fmt(x.decode_tps / y.decode_tps, '.2f')} ⚑ ({fmt_range(tps)})"
+            last_ratio = f"{fmt(x.time_to_last_s / y.time_to_last_s, '.2f')} ⚑ ({fmt_range(last)})"
             again = " after the job measured it again" if max(x.attempts, y.attempts) > 1 else ""
-            notes.append(f"{name}, B = {key[1]}: no ratio, rounds spread "
+            notes.append(f"{name}, B = {key[1]}: flagged, rounds spread "
                          + ", ".join(f"{s.backend} {100 * s.round_spread:.0f}%{_others(s)}" for s in spread_bad)
-                         + f" (over {'its limit' if limit is None else f'{100 * limit:.0f}%'}{again})")
+                         + f" (over {'its limit' if limit is None else f'{100 * limit:.0f}%'}{again}); "
+                         + (f"time to last completion {a} / {b} {fmt_range(last)}" if key[0] == "rollout" else
+                            f"{a} / {b} {fmt_range(tps)}") + " over the rounds")
         last = f"{fmt(x.time_to_last_s, '.2f')}, {fmt(y.time_to_last_s, '.2f')} ({last_ratio})"
         rows.append(f"| {name} | {key[1]} | {fmt(x.decode_tps)} | {fmt(y.decode_tps)} | {ratio} | {last} "
                     f"| {bandwidth(x.decode_gb_per_s, x.of_copy_rate)} "
@@ -182,7 +200,7 @@ def _others(s: pd.Series) -> str:
     """The CPU load of everything else on the host during a side's rounds, and where its slowest round's time went
     against its fastest's, where its stats record them."""
     out = "" if pd.isna(s.others_cpu) else f" with {100 * s.others_cpu:.0f}% of the host's CPUs busy elsewhere"
-    if not pd.isna(s.slow_round_s):
+    if not pd.isna(s.slow_round_cpu):
         out += (f"; its slowest round {s.slow_round_s:.2f} s ({s.slow_round_gc_s:.2f} s collecting garbage, the "
                 f"engine's thread on a CPU {100 * s.slow_round_cpu:.0f}% of it), its fastest {s.fast_round_s:.2f} s "
                 f"({100 * s.fast_round_cpu:.0f}%)")
@@ -299,11 +317,11 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
     ]
     if newer:
         names = ", ".join(f"`{f.name}`" for f in newer)
-        lines[0] += (f" A newer headline run was cut short before its end and is not the answer: {names} (its pairs "
-                     f"are in STANDINGS.md).")
+        lines[0] += (f" A newer headline run was cut short before its end, or ran part of the profile, and is not "
+                     f"the answer: {names} (its pairs are in STANDINGS.md).")
     notes = gen_notes + train_notes
     if notes:
-        lines += ["Cells without a ratio: " + "; ".join(notes) + ".", ""]
+        lines += ["Cells flagged or without a ratio: " + "; ".join(notes) + ".", ""]
     if gate := gate_note(recs, a).strip():
         lines += [gate, ""]
     if gen_missing or train_missing:
@@ -326,6 +344,7 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
                  f"estimate k3 = exp(d) - 1 - d, d = trainer - engine, what TRL's importance-sampling correction "
                  f"reads as off-policy ('—': not scored; runs before 2026-12-06 did not). In the GRPO row the same "
                  f"at every step of the run on all its completions: the median step's mean |Δ| (the worst step's) "
-                 f"and the worst step's KL. A ratio is shown only where "
-                 f"both sides' rounds spread at most {fmt(100 * limit, '.0f') if limit else '—'}%.")
+                 f"and the worst step's KL. A ratio whose sides' rounds spread more than "
+                 f"{fmt(100 * limit, '.0f') if limit else '—'}% is flagged (⚑) and given with its range over the "
+                 f"rounds: one side's slowest round against the other's fastest, both ways.")
     return "\n".join(lines)

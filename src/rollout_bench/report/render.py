@@ -204,10 +204,26 @@ def spread_failed(r, limit: float | None = None) -> bool:
     return limit is not None and spread is not None and not pd.isna(spread) and spread > limit
 
 
+def tps_range(x, y) -> tuple[float, float]:
+    """x / y tok/s over the rounds (rows of the generation frame): x's slowest round against y's fastest, and x's
+    fastest against y's slowest."""
+    return x.decode_tps_worst / y.decode_tps_best, x.decode_tps_best / y.decode_tps_worst
+
+
+def last_range(x, y) -> tuple[float, float]:
+    """x / y time to the last completion over the rounds (a round ends with its last completion), fastest first."""
+    return x.fast_round_s / y.slow_round_s, x.slow_round_s / y.fast_round_s
+
+
+def fmt_range(r: tuple[float, float]) -> str:
+    return f"{fmt(r[0], '.2f')}–{fmt(r[1], '.2f')}"
+
+
 def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
     """`a` against `b` wherever either ran: decode tok/s of each (its fastest variant, named), a / b, each side's
     round spread, and peak memory (the engine's reserved pool where it reports one, else torch's peak allocation).
-    No ratio where either side's rounds spread more than its job allowed: a reader would take it for a measurement."""
+    Where either side's rounds spread more than its job allowed, the ratio is flagged (⚑) with its range over the
+    rounds: a reader would take a bare one for a steady measurement."""
     left, right = _best_ok(df, a), _best_ok(df, b)
     keys = sorted(set(left.index) | set(right.index))
     if not keys:
@@ -223,15 +239,15 @@ def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:
         r = t.loc[key]
         if r.status != "ok":
             return r.variant, r.status, None, "", "—", False
-        return (r.variant, fmt(r.decode_tps), r.decode_tps, fmt(r.peak_gb, ".1f"), pct(r.get("round_spread")) or "—",
+        return (r.variant, fmt(r.decode_tps), r, fmt(r.peak_gb, ".1f"), pct(r.get("round_spread")) or "—",
                 spread_failed(r))
 
     for key in keys:
         first = (left if key in left.index else right).loc[key]
-        (na, ta, va, ma, sa, fa), (nb, tb, vb, mb, sb, fb) = side(left, key), side(right, key)
-        ratio = fmt(va / vb, ".2f") if va is not None and vb else ""
+        (na, ta, ra, ma, sa, fa), (nb, tb, rb, mb, sb, fb) = side(left, key), side(right, key)
+        ratio = fmt(ra.decode_tps / rb.decode_tps, ".2f") if ra is not None and rb is not None and rb.decode_tps else ""
         if ratio and (fa or fb):
-            ratio = "— (rounds spread over the limit)"
+            ratio += f" ⚑ ({fmt_range(tps_range(ra, rb))})"
         lines.append(f"| {key[0]} | {key[1]} | {first.lora_rank} | {first.sampling} | {first.num_generations} "
                      f"| {key[2]} | {na} | {ta} | {nb} | {tb} | {ratio} | {sa}, {sb} | {ma} | {mb} |")
     return "\n".join(lines) + "\n"

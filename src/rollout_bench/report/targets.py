@@ -3,8 +3,8 @@ value, whether it meets the target, and, where it does not, what the same run sh
 at that batch, the rollout cell's own record, the GRPO runs' step phases). Regenerated into the README with the
 answer (`python -m rollout_bench.report.standings`), never typed.
 
-A ratio counts only where both sides are `ok` and their rounds spread at most the run's max_round_spread, as in the
-answer block.
+A ratio counts where both sides are `ok`. Where either side's rounds spread more than the run's max_round_spread, it
+is flagged with its range over the rounds, as in the answer block, and meets its target only if the whole range does.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import aggregate, headline
-from .headline import _of, _side, over_limit
+from .headline import _of, _side, last_range, over_limit, tps_range
 from .render import PROFILE_CLASSES, decode_step_table, fmt
 from .train import step_median
 
@@ -42,7 +42,8 @@ TARGETS = [
 
 
 def _cell_pair(df: pd.DataFrame, t: Target, limit: float | None):
-    """(flex's row, vLLM's row, why there is no value or None) for a generation target."""
+    """(flex's row, vLLM's row, why there is no value, or why it is flagged (rounds spread), or None) for a
+    generation target."""
     batch = t.batch
     if batch is None:  # the rollout: the case's one batch
         rows = df[df.case == t.case]
@@ -123,7 +124,7 @@ def evaluate(recs: list[tuple[Path, dict]], limit: float | None) -> list[dict]:
     runs = {r["backend"]: r for _, r in _of(recs, "train") if not r["workload"].get("frozen")}
     out = []
     for t in TARGETS:
-        value = why = None
+        value = why = spread = None
         bound = ""
         if t.kind in ("tps", "last", "copy"):
             x, y, why = _cell_pair(df, t, limit)
@@ -131,8 +132,10 @@ def evaluate(recs: list[tuple[Path, dict]], limit: float | None) -> list[dict]:
                 why = why if x is None or x.status != "ok" else None
                 value = None if why else x.of_copy_rate
                 bound = _profile_at(profile, t.batch, bw.get(t.batch))
-            elif why is None:
+            elif why is None or why.startswith("rounds spread"):
                 value = (x.decode_tps / y.decode_tps if t.kind == "tps" else x.time_to_last_s / y.time_to_last_s)
+                if why:  # flagged: the ratio's range over the rounds, the target judged on its far end
+                    spread = tps_range(x, y) if t.kind == "tps" else last_range(x, y)
             if t.kind == "tps":
                 bound = _profile_at(profile, t.batch, bw.get(t.batch)) + (
                     " (flex's merged LoRA decodes as the base model does)" if t.case == "lora" else "")
@@ -147,8 +150,9 @@ def evaluate(recs: list[tuple[Path, dict]], limit: float | None) -> list[dict]:
             else:
                 value = x["peak_memory_gb"]["allocated"] / y["peak_memory_gb"]["allocated"]
                 bound = _grpo_memory(x)
-        met = None if value is None or pd.isna(value) else bool(value >= t.goal if t.at_least else value <= t.goal)
-        out.append({"target": t, "value": value, "why": why, "met": met, "bound": bound})
+        judged = value if spread is None else (spread[0] if t.at_least else spread[1])
+        met = None if value is None or pd.isna(judged) else bool(judged >= t.goal if t.at_least else judged <= t.goal)
+        out.append({"target": t, "value": value, "why": why, "met": met, "bound": bound, "range": spread})
     return out
 
 
@@ -162,6 +166,8 @@ def table(rows: list[dict]) -> str:
             f"{'≥' if t.at_least else '≤'} {t.goal:.2f}"
         if r["value"] is None:
             measured = f"— ({r['why']})"
+        elif r.get("range"):
+            measured = f"{r['value']:.2f} ⚑ ({r['range'][0]:.2f}–{r['range'][1]:.2f}; {r['why']})"
         else:
             measured = f"{r['value']:.0%}" if t.kind == "copy" else f"{r['value']:.2f}"
         met = "—" if r["met"] is None else ("yes" if r["met"] else "**no**")
