@@ -68,9 +68,10 @@ def generation_row(rec: dict, path: str) -> dict:
 
 
 def round_bounds(rounds: list[dict]) -> dict:
-    """The reported attempt's slowest and fastest timed round: walls, the slowest round's decode rate (the fastest's
-    is the record's decode_tps_best), and, where recorded (generation/round_probe.py, since 2026-12-07), the slowest
-    round's collector pauses and the share of each round the engine's calling thread spent on a CPU."""
+    """The reported attempt's slowest and fastest timed round's walls, its lowest round decode rate (the highest is
+    the record's decode_tps_best), and, where recorded (generation/round_probe.py, since 2026-12-07), the slowest
+    round's collector pauses and the share of the slowest and the fastest round the engine's calling thread spent on
+    a CPU."""
     if not rounds:
         return dict.fromkeys(("slow_round_s", "fast_round_s", "decode_tps_worst", "slow_round_gc_s",
                               "slow_round_cpu", "fast_round_cpu"))

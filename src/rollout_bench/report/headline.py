@@ -182,7 +182,7 @@ def generation_rows(recs: list, cfg: dict, a: str, b: str, limit: float | None,
             notes.append(f"{name}, B = {key[1]}: flagged, rounds spread "
                          + ", ".join(f"{s.backend} {100 * s.round_spread:.0f}%{_others(s)}" for s in spread_bad)
                          + f" (over {'its limit' if limit is None else f'{100 * limit:.0f}%'}{again}); "
-                         + (f"time to last completion {a} / {b} {fmt_range(last)}" if key[0] == "rollout" else
+                         + (f"time to last completion {a} / {b} {fmt_range(last)}" if pd.notna(first.trace) else
                             f"{a} / {b} {fmt_range(tps)}") + " over the rounds")
         last = f"{fmt(x.time_to_last_s, '.2f')}, {fmt(y.time_to_last_s, '.2f')} ({last_ratio})"
         rows.append(f"| {name} | {key[1]} | {fmt(x.decode_tps)} | {fmt(y.decode_tps)} | {ratio} | {last} "

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import aggregate, headline
-from .headline import _of, _side, last_range, over_limit, tps_range
-from .render import PROFILE_CLASSES, decode_step_table, fmt
+from .headline import _of, _side, over_limit
+from .render import PROFILE_CLASSES, decode_step_table, fmt, last_range, tps_range
 from .train import step_median
 
 
