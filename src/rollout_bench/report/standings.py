@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..core import atomic, stats
 from . import aggregate, headline, targets
-from .render import bandwidth, fmt, peak_gb, pct
+from .render import bandwidth, fmt, fmt_range, peak_gb, pct
 
 # a cell is per GPU model: a ratio on an H100 and one on an H200 are two findings, and the newer must not hide the other
 GEN_KEY = ["model", "gpu", "lora_rank", "sampling", "num_generations", "batch_size", "case"]
@@ -185,6 +185,12 @@ def steady(pair: pd.Series) -> bool:
     return not any(v is not None and not pd.isna(v) and v > STEADY for v in spreads)
 
 
+def spread_range(pair: pd.Series) -> tuple[float, float]:
+    """a / b tok/s over the pair's rounds: a's slowest round against b's fastest, and a's fastest against b's slowest
+    (render.tps_range on a pair's suffixed columns)."""
+    return (pair.decode_tps_worst_a / pair.decode_tps_best_b, pair.decode_tps_best_a / pair.decode_tps_worst_b)
+
+
 def newest_pair(found: pd.DataFrame) -> pd.Series | None:
     """The cell's newest steady pair, else its newest pair (a newer pair whose rounds spread hides no steady one)."""
     if found.empty:
@@ -283,7 +289,8 @@ def _lists(found: list[Cell], a: str, b: str, speed: str, spec: str, unit: str) 
 
 
 GEN_NOTE = ("One GPU a job; a cell is per GPU model. {a} / {b}: the newest pair whose two sides' timed rounds spread at "
-            "most 5%, else the newest pair, its ratio then not in bold and marked `(rounds spread)`; beside it, each "
+            "most 5%, else the newest pair, its ratio then not in bold and flagged ⚑ with its range over the rounds (one "
+            "side's slowest round against the other's fastest, both ways); beside it, each "
             "side's other runs alone on a GPU of that model in that cell (other sessions or GPUs, other code "
             "versions), their range and count. {a} GB/s: the "
             "weights and K/V its decode steps must read over their time, and that as a fraction of the device's copy "
@@ -309,7 +316,7 @@ def generation_table(df: pd.DataFrame, a: str = "flex", b: str = "vllm") -> str:
         p = c.pair
         if p is not None:
             prompts = "own" if p.fresh_prompts_a and p.fresh_prompts_b else "re-sent"
-            ratio = f"**{fmt(p.ratio, '.2f')}**" if steady(p) else f"{fmt(p.ratio, '.2f')} (rounds spread)"
+            ratio = f"**{fmt(p.ratio, '.2f')}**" if steady(p) else f"{fmt(p.ratio, '.2f')} ⚑ ({fmt_range(spread_range(p))})"
             lines.append(head + f"| {fmt(p.decode_tps_a)} | {fmt(p.decode_tps_b)} | {ratio} "
                          + elsewhere + f"| {bandwidth(p.decode_gb_per_s_a, p.of_copy_rate_a)} "
                          f"| {pct(p.round_spread_a)}, {pct(p.round_spread_b)} "
