@@ -17,6 +17,17 @@ def sdpa_flags():
     torch.backends.cuda.enable_cudnn_sdp(kept)
 
 
+@pytest.fixture(autouse=True)
+def thawed_heap():
+    """A generation cell freezes the heap before its rounds (generation/round_probe.py) and never thaws it: no test
+    sees another's frozen heap."""
+    import gc
+
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory):
     """Tokenizer, dataset, tiny Qwen3 model dir and a rank-4 adapter, built once per session."""

@@ -17,3 +17,13 @@ def test_an_invocation_records_its_command_and_wall(tmp_path):
     done = invocation.finish(False, str(path))
     assert done["ok"] is False and done["wall_s"] >= 0.05 and done["profile"] == "headline"
     assert json.loads(path.read_text()) == done
+
+
+def test_the_recorded_command_reads_back_as_the_arguments_it_was(tmp_path):
+    """A quoted argument stays one argument, so that the report can tell a run of named targets (headline.targets)."""
+    import shlex
+
+    argv = ["snakemake", "results/a b.json", "--config", "sites={fa4: /tmp/site-fa4}"]
+    rec = invocation.start("headline", str(tmp_path / "inv.json"), argv=argv)
+    assert shlex.split(rec["command"]) == argv
+

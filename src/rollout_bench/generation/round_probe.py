@@ -53,7 +53,7 @@ def probe():
         out.update({
             "cpu_s": round(c1 - c0, 4),
             "thread_cpu_s": round(t1 - t0, 4),
-            "gc": {"passes": pauses.passes, "pause_s": round(sum(pauses.seconds), 4),
-                   "gen2_pause_s": round(pauses.seconds[2], 4)},
+            "gc": {"passes": pauses.passes, "pause_s": round(sum(pauses.seconds), 6),
+                   "gen2_pause_s": round(pauses.seconds[2], 6)},
             "ctx_switches": {"voluntary": r1.ru_nvcsw - r0.ru_nvcsw, "involuntary": r1.ru_nivcsw - r0.ru_nivcsw},
         })

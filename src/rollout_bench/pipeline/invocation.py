@@ -3,6 +3,7 @@ written by the Snakefile's onstart and onsuccess/onerror handlers (which a dry r
 published run states how long the command that made it took. Each invocation overwrites the last one's record: after
 a change, the record is of the run that brought the stale jobs up to date, not of the first full run."""
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ def start(profile: str | None, path: str = PATH, argv: list[str] | None = None) 
     """Called once the DAG is built: the wall counts from the process's start (config checks and the DAG included)."""
     argv = sys.argv if argv is None else argv
     t0 = time.time() - (envinfo.process_age_s() or 0.0)
-    rec = {"command": " ".join(["snakemake", *argv[1:]]), "profile": profile, "started_at": envinfo.utc_iso(t0),
+    rec = {"command": shlex.join(["snakemake", *argv[1:]]), "profile": profile, "started_at": envinfo.utc_iso(t0),
            "t0": t0, "finished_at": None, "wall_s": None, "ok": None}
     atomic.write_json(path, rec)
     return rec

@@ -45,7 +45,12 @@ def targets(folder: Path) -> list[str]:
     if not p.exists():
         return []
     from snakemake.cli import get_argument_parser
-    return sorted(get_argument_parser().parse_args(shlex.split(json.loads(p.read_text())["command"])[1:]).targets)
+    command = json.loads(p.read_text())["command"]
+    try:  # options of plugins or other versions are left over, not fatal
+        args, _ = get_argument_parser().parse_known_args(shlex.split(command)[1:])
+    except (SystemExit, ValueError) as e:
+        raise ValueError(f"{p}: its command cannot be read as Snakemake's ({e!r}): {command}") from None
+    return sorted(args.targets)
 
 
 def answer(found: list[Path]) -> tuple[Path, list[Path]]:

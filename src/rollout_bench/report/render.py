@@ -216,7 +216,8 @@ def last_range(x, y) -> tuple[float, float]:
 
 
 def fmt_range(r: tuple[float, float]) -> str:
-    return f"{fmt(r[0], '.2f')}–{fmt(r[1], '.2f')}"
+    """'lo–hi'; '—' for an end its records cannot give (no per-round rates)."""
+    return f"{fmt(r[0], '.2f') or '—'}–{fmt(r[1], '.2f') or '—'}"
 
 
 def head_to_head(df: pd.DataFrame, a: str, b: str) -> str:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from . import aggregate, headline
 from .headline import _of, _side, over_limit
-from .render import PROFILE_CLASSES, decode_step_table, fmt, last_range, tps_range
+from .render import PROFILE_CLASSES, decode_step_table, fmt, fmt_range, last_range, tps_range
 from .train import step_median
 
 
@@ -167,7 +167,7 @@ def table(rows: list[dict]) -> str:
         if r["value"] is None:
             measured = f"— ({r['why']})"
         elif r.get("range"):
-            measured = f"{r['value']:.2f} ⚑ ({r['range'][0]:.2f}–{r['range'][1]:.2f}; {r['why']})"
+            measured = f"{r['value']:.2f} ⚑ ({fmt_range(r['range'])}; {r['why']})"
         else:
             measured = f"{r['value']:.0%}" if t.kind == "copy" else f"{r['value']:.2f}"
         met = "—" if r["met"] is None else ("yes" if r["met"] else "**no**")

@@ -9,7 +9,8 @@
 #      T starts once the core group is installed, while the vLLM group's wheels are still arriving
 #   E  the smoke run on the core group alone, from the core group's install on, while the vLLM group's wheels are
 #      still arriving (its vLLM jobs say `skipped`; H's vLLM jobs run that path): a session short of device time
-#      checks the GPU paths in the carries' wall; the next step waits for it
+#      checks the GPU paths in the carries' wall; the next step waits for it. First in STEPS, never with S or P
+#      (`E H`); bg.log says "E start", "E rc="
 #   F  FlashAttention-4 (issue 50), alone on the GPU: its GPU test (tests/test_engine_fa4_gpu.py), then the prefill
 #      profile, whose fa4 jobs run with the fa4 group's site first on their path (`sites`); the group arrives like the
 #      others (`stash.sh fa4/batchNNN ... install fa4`). Where its install failed, the profile runs without the site
@@ -57,11 +58,12 @@ gpu_tests() {
     > /tmp/pytest_gpu.log 2>&1
   say "T rc=$?"
 }
-smoke() {
-  say "S start"
+smoke() {  # smoke [LABEL]: S, or E for the early one
+  local label=${1:-S}
+  say "$label start"
   env $CACHES PYTHONPATH=$SITE:$PWD/src timeout 900 python3 -m rollout_bench.pipeline.smoke --gpu 0 --workdir /tmp/smoke \
     > /tmp/smoke.log 2>&1
-  say "S rc=$?"
+  say "$label rc=$?"
 }
 fa4() {
   say "F start"
@@ -72,8 +74,12 @@ fa4() {
   say "F test rc=$?"
   run_profile F /tmp/p prefill 900 profile=prefill ${sites:+"$sites"}
 }
+# E runs from here, before the steps' loop: first in STEPS, and never with S or P (one smoke workdir, one GPU)
+if step E && { [ "${STEPS%% *}" != E ] || step S || step P; }; then
+  say "E must come first in STEPS, without S or P (got: $STEPS)"; say DONE; exit 2
+fi
 step P && { gpu_tests & }
-step E && { (SITE=/tmp/site-core; smoke) & }
+step E && { (SITE=/tmp/site-core; smoke E) & }
 [ "${CORE_ONLY:-0}" = 1 ] && SITE=/tmp/site-core || wait_for vllm
 # the steps in the order named (P F H: the prefill profile before the headline, where the budget may cut the last)
 for s in $STEPS; do
