@@ -32,24 +32,31 @@ def folders(root) -> list[Path]:
     return [f for _, f in sorted(out)]
 
 
+def _invocation(folder: Path) -> dict | None:
+    """The run's invocation record (pipeline/invocation.py); None for runs before 2026-12-06, which wrote none."""
+    p = folder / "logs" / "invocation.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
 def cut_short(folder: Path) -> bool:
     """The run's invocation record says it never ended (runs before 2026-12-06 have no record: not known cut)."""
-    p = folder / "logs" / "invocation.json"
-    return p.exists() and json.loads(p.read_text()).get("wall_s") is None
+    rec = _invocation(folder)
+    return rec is not None and rec.get("wall_s") is None
 
 
 def targets(folder: Path) -> list[str]:
     """The targets the run's invocation asked Snakemake for (its own argument parser reads the recorded command):
     none where it ran the whole profile, or where no invocation is recorded."""
-    p = folder / "logs" / "invocation.json"
-    if not p.exists():
+    rec = _invocation(folder)
+    if rec is None:
         return []
     from snakemake.cli import get_argument_parser
-    command = json.loads(p.read_text())["command"]
+    command = rec["command"]
     try:  # options of plugins or other versions are left over, not fatal
         args, _ = get_argument_parser().parse_known_args(shlex.split(command)[1:])
     except (SystemExit, ValueError) as e:
-        raise ValueError(f"{p}: its command cannot be read as Snakemake's ({e!r}): {command}") from None
+        raise ValueError(f"{folder / 'logs/invocation.json'}: its command cannot be read as Snakemake's ({e!r}): "
+                         f"{command}") from None
     return sorted(args.targets)
 
 
@@ -246,10 +253,9 @@ def last_end(recs: list[tuple[Path, dict]]) -> float | None:
 def invocation_note(folder: Path, recs: list[tuple[Path, dict]]) -> str:
     """The command's wall from its own record (pipeline/invocation.py), where the run wrote one; where it did not
     record its end, how long after its start its last recorded job ended."""
-    p = folder / "logs" / "invocation.json"
-    if not p.exists():
+    rec = _invocation(folder)
+    if rec is None:
         return "The invocation's wall time is not recorded in this folder (runs before 2026-12-06)."
-    rec = json.loads(p.read_text())
     if rec.get("wall_s") is None:
         end = last_end(recs)
         after = "" if end is None else (f"; its last job with a record ended {fmt(end - rec['t0'], ',.0f')} s "

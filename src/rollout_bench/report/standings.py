@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..core import atomic, stats
 from . import aggregate, headline, targets
-from .render import bandwidth, fmt, fmt_range, peak_gb, pct
+from .render import bandwidth, fmt, fmt_range, peak_gb, pct, tps_range
 
 # a cell is per GPU model: a ratio on an H100 and one on an H200 are two findings, and the newer must not hide the other
 GEN_KEY = ["model", "gpu", "lora_rank", "sampling", "num_generations", "batch_size", "case"]
@@ -186,9 +186,9 @@ def steady(pair: pd.Series) -> bool:
 
 
 def spread_range(pair: pd.Series) -> tuple[float, float]:
-    """a / b tok/s over the pair's rounds: a's slowest round against b's fastest, and a's fastest against b's slowest
-    (render.tps_range on a pair's suffixed columns)."""
-    return (pair.decode_tps_worst_a / pair.decode_tps_best_b, pair.decode_tps_best_a / pair.decode_tps_worst_b)
+    """a / b tok/s over the pair's rounds: render.tps_range on each side's suffixed columns."""
+    side = {s: pd.Series({k: pair[f"{k}_{s}"] for k in ("decode_tps_worst", "decode_tps_best")}) for s in "ab"}
+    return tps_range(side["a"], side["b"])
 
 
 def newest_pair(found: pd.DataFrame) -> pd.Series | None:

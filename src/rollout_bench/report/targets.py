@@ -42,19 +42,19 @@ TARGETS = [
 
 
 def _cell_pair(df: pd.DataFrame, t: Target, limit: float | None):
-    """(flex's row, vLLM's row, why there is no value, or why it is flagged (rounds spread), or None) for a
-    generation target."""
+    """(flex's row, vLLM's row, why there is no value or None, why the value is flagged or None) for a generation
+    target."""
     batch = t.batch
     if batch is None:  # the rollout: the case's one batch
         rows = df[df.case == t.case]
         batch = int(rows.batch_size.iloc[0]) if not rows.empty else None
     x, y = (_side(df, b, (t.case, batch)) if batch is not None else None for b in ("flex", "vllm"))
     if x is None or y is None:
-        return x, y, "not run"
+        return x, y, "not run", None
     if x.status != "ok" or y.status != "ok":
-        return x, y, f"flex {x.status}, vLLM {y.status}"
+        return x, y, f"flex {x.status}, vLLM {y.status}", None
     spread = [f"{s.backend} {100 * s.round_spread:.0f}%" for s in over_limit((x, y), limit)]
-    return x, y, (f"rounds spread {', '.join(spread)}" if spread else None)
+    return x, y, None, (f"rounds spread {', '.join(spread)}" if spread else None)
 
 
 def _profile_at(profile: dict | None, batch: int, bw: dict | None) -> str:
@@ -127,15 +127,15 @@ def evaluate(recs: list[tuple[Path, dict]], limit: float | None) -> list[dict]:
         value = why = spread = None
         bound = ""
         if t.kind in ("tps", "last", "copy"):
-            x, y, why = _cell_pair(df, t, limit)
+            x, y, why, flagged = _cell_pair(df, t, limit)
             if t.kind == "copy":
                 why = why if x is None or x.status != "ok" else None
                 value = None if why else x.of_copy_rate
                 bound = _profile_at(profile, t.batch, bw.get(t.batch))
-            elif why is None or why.startswith("rounds spread"):
+            elif why is None:
                 value = (x.decode_tps / y.decode_tps if t.kind == "tps" else x.time_to_last_s / y.time_to_last_s)
-                if why:  # flagged: the ratio's range over the rounds, the target judged on its far end
-                    spread = tps_range(x, y) if t.kind == "tps" else last_range(x, y)
+                if flagged:  # the ratio's range over the rounds, the target judged on its far end
+                    spread, why = (tps_range(x, y) if t.kind == "tps" else last_range(x, y)), flagged
             if t.kind == "tps":
                 bound = _profile_at(profile, t.batch, bw.get(t.batch)) + (
                     " (flex's merged LoRA decodes as the base model does)" if t.case == "lora" else "")
