@@ -67,13 +67,13 @@ def test_every_relative_link_in_the_readme_and_docs_resolves_and_the_readme_fits
 
 
 def test_the_docs_tables_made_from_published_stats_are_up_to_date():
-    """docs/results.md's learn and decode-profile tables are generated blocks: `python -m rollout_bench.report.blocks
-    docs/results.md` rewrites them, and a typed edit to one is out of date here."""
+    """docs/results.md's learn, decode-profile and generation tables are generated blocks: `python -m
+    rollout_bench.report.blocks docs/results.md` rewrites them, and a typed edit to one is out of date here."""
     from rollout_bench.report import blocks
 
     doc = ROOT / "docs/results.md"
     specs = [m.group("spec").split()[0] for m in blocks.BLOCK.finditer(doc.read_text())]
-    assert specs == ["learn", "decode_step", "decode_step_versus"], specs
+    assert specs == ["learn", "decode_step", "decode_step_versus", "generate"], specs
     assert blocks.update(doc, ROOT, check=True), "run: python -m rollout_bench.report.blocks docs/results.md"
 
 
@@ -95,4 +95,23 @@ def test_a_generated_block_is_rewritten_from_its_sources_and_a_bad_one_named(tmp
         blocks.update(doc, ROOT)
     doc.write_text("<!-- generated: learn results/published/nope.json -->\n<!-- end generated -->\n")
     with pytest.raises(blocks.BlockError, match="nope.json"):
+        blocks.update(doc, ROOT)
+
+
+def test_a_generate_block_is_the_table_its_runs_pipeline_rendered(tmp_path):
+    """`generate SUMMARY REFERENCE` renders a published run's summary as its own pipeline did (its tables/generate.md
+    begins with the same table), and a reference backend the summary lacks is named with the ones it has."""
+    import pytest
+
+    from rollout_bench.report import blocks
+
+    run = "results/published/h200-2026-12-07-prefill"
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"<!-- generated: generate {run}/summary/generate.csv vllm -->\n<!-- end generated -->\n")
+    assert not blocks.update(doc, ROOT)
+    body = doc.read_text().split("-->\n", 1)[1].rsplit("<!-- end generated -->", 1)[0]
+    assert (ROOT / run / "tables/generate.md").read_text().startswith(body)
+    assert "| flex | fa4 | 64 |" in body and "| fa4 |" in body and "flex-triton" in body
+    doc.write_text(f"<!-- generated: generate {run}/summary/generate.csv sglang -->\n<!-- end generated -->\n")
+    with pytest.raises(blocks.BlockError, match="no 'sglang' rows.*'flex', 'transformers_cb', 'vllm'"):
         blocks.update(doc, ROOT)

@@ -8,7 +8,8 @@ where a body is not what its sources give; tests/test_docs.py runs that check).
 
 Renderers: `learn BAND_JSON` (train.learning_table), `decode_step DIR` (every decode_step.json under DIR,
 render.decode_step_table), `decode_step_versus MODEL LABEL=DIR ...` (DIR/MODEL/decode_step.json of each, in order,
-render.decode_step_versus). Paths are relative to the repository root.
+render.decode_step_versus), `generate SUMMARY_CSV REFERENCE` (a run's summary, render.generation_table: the table
+its own pipeline rendered). Paths are relative to the repository root.
 """
 import argparse
 import re
@@ -47,7 +48,18 @@ def _decode_step_versus(root: Path, model: str, *labelled: str) -> str:
     return render.decode_step_versus(pairs, model)
 
 
-RENDERERS = {"learn": _learn, "decode_step": _decode_step, "decode_step_versus": _decode_step_versus}
+def _generate(root: Path, summary: str, reference: str) -> str:
+    import pandas as pd
+
+    df = pd.read_csv(root / summary)
+    if reference not in set(df.backend):
+        raise BlockError(f"{summary} has no {reference!r} rows to take as the reference: name one of "
+                         f"{sorted(set(df.backend))}")
+    return render.generation_table(df, reference)
+
+
+RENDERERS = {"learn": _learn, "decode_step": _decode_step, "decode_step_versus": _decode_step_versus,
+             "generate": _generate}
 
 
 def render_block(spec: str, root: Path) -> str:
