@@ -94,6 +94,25 @@ def test_long_prompts_reach_their_window_and_open_apart(tiny_assets):
         prompts.select(tok, {**wl, "prompt_tokens": [1500, 1501]}, tiny_assets["dataset"])
 
 
+def test_long_prompt_rounds_of_a_multiple_of_eight_hold_as_many_prompt_tokens(tiny_assets):
+    """Every round of the prefill case sends prompts of its own; their target lengths repeat every 8 prompts, so
+    rounds of 8 (or 16) prompts, from any offset, hold about as many prompt tokens each: a round's wall measures the
+    engine, not its draw of lengths (drawn anew, the B = 8 rounds of h200-2026-12-07-prefill held 29k-41k tokens)."""
+    from rollout_bench.assets import long_prompts
+
+    tok = prompts.load_tokenizer(tiny_assets["model"])
+    wl = {"prompt_tokens": [1024, 3072], "shuffle_seed": 3407, "warmup_prompts": 0, "long_prompts": True}
+    for n, offset in ((8, 3), (16, 5)):
+        rounds, _ = prompts.select(tok, {**wl, "n_prompts": n, "rounds": 3, "prompt_offset": offset},
+                                   tiny_assets["dataset"])
+        totals = [sum(map(len, r)) for r in rounds]
+        assert (max(totals) - min(totals)) / min(totals) < 0.03, totals
+        assert len({tuple(p) for r in rounds for p in r}) == 3 * n  # still prompts of their own
+        lengths = [sorted(map(len, r)) for r in rounds]  # the same lengths, to within a worked example
+        assert all(abs(a - b) < 400 for r in lengths[1:] for a, b in zip(lengths[0], r)), lengths
+    assert long_prompts.PERIOD == 8
+
+
 def test_model_dir_loads_with_normal_loader_and_is_seeded(tiny_assets, tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -2,11 +2,15 @@
 tokens, a long-context GRPO prompt (a document, a multi-turn tool transcript) 2k-8k.
 
 Prompt i of a pool is a pure function of (dataset, shuffle seed, i, window, tokenizer): its target length is drawn
-uniformly from the window by (seed, i); its user turn is worked examples, each a dataset row's problem and answer,
-then a question, another row's problem. The first example is row i of the shuffled dataset and the rest are drawn by
-(seed, i), so no two prompts of a pool open alike after the chat template's system prompt and the dataset's shared
-instruction (which every case's prompts share, as a GRPO run's do): no engine's prefix cache makes one prompt's
-prefill free for another (pools of more prompts than rows reuse first examples, then differ from the second on).
+uniformly from the window by (seed, i mod PERIOD), so any PERIOD prompts in a row aim at the same PERIOD lengths,
+and every timed round of a multiple of PERIOD prompts holds about as many prompt tokens as the next (each round
+sends prompts of its own: with lengths drawn anew, a round's wall followed its draw, 29k to 41k prompt tokens in the
+B = 8 rounds of h200-2026-12-07-prefill, and the rounds of every engine spread 33-46%). Its user turn is worked
+examples, each a dataset row's problem and answer, then a question, another row's problem. The first example is row
+i of the shuffled dataset and the rest are drawn by (seed, i), so no two prompts of a pool open alike after the chat
+template's system prompt and the dataset's shared instruction (which every case's prompts share, as a GRPO run's
+do): no engine's prefix cache makes one prompt's prefill free for another (pools of more prompts than rows reuse
+first examples, then differ from the second on).
 Examples are added until the templated prompt reaches its target, then one at a time removed or added until it lies
 in the window.
 """
@@ -15,6 +19,7 @@ import random
 from . import prompts as prompt_assets
 
 SEPARATOR = "\n\n"
+PERIOD = 8  # the prefill case's rounds: 8 and 64 prompts
 
 
 class Pool:
@@ -41,8 +46,8 @@ class Pool:
 
     def build(self, i: int) -> list[int]:
         n = len(self.rows)
+        target = random.Random(f"{self.seed}:length:{i % PERIOD}").randint(self.lo, self.hi)
         rng = random.Random(f"{self.seed}:{i}")
-        target = rng.randint(self.lo, self.hi)
         question = (i + 1 + rng.randrange(n - 1)) % n  # any row but the first example's
         draws = iter(lambda: rng.randrange(n), None)  # endless, deterministic
         examples, estimate = [i % n], len(self.encode([], question))
