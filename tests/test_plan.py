@@ -67,3 +67,26 @@ def test_a_published_job_gives_one_engine_lifetime_of_overhead(headline, tmp_pat
         path.write_text(json.dumps(rec))
     rounds = jobs.job_workload(headline, g.cells[0].model, "vllm", g.cells[0].case, g.cells[0].batch_size)["rounds"]
     assert _row(headline, pub, g.key)["seconds"] == pytest.approx(110.0 + len(g.cells) * 3.0 * rounds)
+
+
+def test_each_gpu_model_gets_its_own_total_and_gpu_takes_one_alone(headline, tmp_path):
+    """Published figures of two GPU models: the pooled estimate, then each model's own total; `gpu` estimates from
+    one model's figures alone, and a model with none is refused with the published ones named."""
+    g = _group(headline, "flex")
+    greedy = next(c for c in g.cells if c.case == "greedy" and c.batch_size == 8)
+    pub = tmp_path / "pub"
+    _cell(pub, headline, greedy, 2.0)  # NVIDIA H200
+    _cell(pub, headline, greedy, 4.0)
+    slow = pub / f"run/{greedy.case}-{greedy.batch_size}-4.0.json"
+    rec = json.loads(slow.read_text())
+    slow.write_text(json.dumps({**rec, "env": {"gpu_name": "NVIDIA H100 80GB HBM3"}}))
+    rounds = jobs.job_workload(headline, greedy.model, "flex", "greedy", 8)["rounds"]
+    h200, h100 = (next(r for r in plan.estimate(headline, pub, gpu) if r["job"] == g.key) for gpu in ("h200", "H100"))
+    assert h200["seconds"] == pytest.approx(10.0 + 2.0 * (rounds + 1))
+    assert h100["seconds"] == pytest.approx(10.0 + 4.0 * (rounds + 1))
+    out = plan.text(headline, pub)
+    assert "every GPU model pooled" in out and "on NVIDIA H200 alone: ~" in out
+    assert "on NVIDIA H100 80GB HBM3 alone: ~" in out
+    assert "(on NVIDIA H200; an estimate" in plan.text(headline, pub, "H200")
+    with pytest.raises(ValueError, match="--gpu 'B200'.*NVIDIA H100 80GB HBM3, NVIDIA H200"):
+        plan.text(headline, pub, "B200")

@@ -6,7 +6,9 @@ a generation job's overhead (the median over published jobs of its name of their
 engine lifetime's set-up, gates and warm-ups) plus, per cell, its timed rounds at the published median round wall of
 cells of the same workload (batch, LoRA, EOS, prompt and completion lengths, trace); a GRPO run's overhead plus its
 steps at the published median step; the autotune pass's, the decode profile's and a mismatch job's published wall.
-A job with no published figure is named as not estimated, never guessed.
+A job with no published figure is named as not estimated, never guessed. The figures of every GPU model are pooled,
+and each model's own total follows (the same jobs take different times on an H100 and an H200); `--gpu NAME` takes
+one model's figures alone.
 """
 import argparse
 import json
@@ -66,9 +68,17 @@ def _cell_key(wl: dict) -> tuple:
             tuple(wl.get("prompt_tokens") or ()), trace["name"] if trace else None)
 
 
-def estimate(cfg: dict, root="results/published") -> list[dict]:
-    """One row per GPU job: what it is, its cells, and its estimated seconds (None: no published figure)."""
+def gpu_models(root="results/published") -> list[str]:
+    """The GPU models of the published stats, as their env names them."""
+    return sorted({r["env"]["gpu_name"] for r in _published(Path(root))})
+
+
+def estimate(cfg: dict, root="results/published", gpu: str | None = None) -> list[dict]:
+    """One row per GPU job: what it is, its cells, and its estimated seconds (None: no published figure); with
+    `gpu`, from the stats of GPU models whose name holds it alone (case-insensitive)."""
     recs = _published(Path(root))
+    if gpu:
+        recs = [r for r in recs if gpu.lower() in r["env"]["gpu_name"].lower()]
     gen = [r for r in recs if r.get("kind") == "generate" and r.get("rounds")]
     rows = []
     for slug in jobs.tuned_slugs(cfg) if cfg["autotune"]["enabled"] else []:
@@ -109,20 +119,30 @@ def estimate(cfg: dict, root="results/published") -> list[dict]:
     return rows
 
 
-def text(cfg: dict, root="results/published") -> str:
-    rows = estimate(cfg, root)
+def _total(rows: list[dict]) -> str:
     known = [r["seconds"] for r in rows if r["seconds"] is not None]
+    cells = sum(r.get("unknown_cells", 0) for r in rows if r["seconds"] is not None)
+    return (f"~{sum(known):,.0f} s of GPU time for {len(known)} of {len(rows)} jobs"
+            + (f"; {len(rows) - len(known)} not estimated" if len(known) < len(rows) else "")
+            + (f"; {cells} cell(s) of those without a figure" if cells else ""))
+
+
+def text(cfg: dict, root="results/published", gpu: str | None = None) -> str:
+    rows = estimate(cfg, root, gpu)
+    models = [m for m in gpu_models(root) if not gpu or gpu.lower() in m.lower()]
+    if gpu and not models:
+        raise ValueError(f"--gpu {gpu!r}: no published stats of such a GPU under {root}; the published GPU models: "
+                         f"{', '.join(gpu_models(root)) or 'none'}")
     lines = [f"GPU jobs of profile {cfg['profile']}, estimated from the published stats under {root} "
-             f"(an estimate, not a result):"]
+             f"({'on ' + ', '.join(models) if gpu else 'every GPU model pooled'}; an estimate, not a result):"]
     for r in rows:
         est = f"~{r['seconds']:,.0f} s" if r["seconds"] is not None else "not estimated (no published figure)"
         if r["seconds"] is not None and r.get("unknown_cells"):
             est += f" + {r['unknown_cells']} cell(s) with no published figure"
         lines.append(f"  {r['job']}" + (f" ({r['cells']} cells)" if r["cells"] else "") + f": {est}")
-    cells = sum(r.get("unknown_cells", 0) for r in rows if r["seconds"] is not None)
-    lines.append(f"  total: ~{sum(known):,.0f} s of GPU time for {len(known)} of {len(rows)} jobs"
-                 + (f"; {len(rows) - len(known)} not estimated" if len(known) < len(rows) else "")
-                 + (f"; {cells} cell(s) of those without a figure" if cells else ""))
+    lines.append(f"  total: {_total(rows)}")
+    if not gpu:
+        lines += [f"  on {m} alone: {_total(estimate(cfg, root, m))}" for m in models]
     return "\n".join(lines)
 
 
@@ -131,12 +151,17 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", required=True)
     ap.add_argument("--config", default="config/config.yaml")
     ap.add_argument("--published", default="results/published")
+    ap.add_argument("--gpu", default=None, help="one GPU model's published figures alone (a part of its name: H200)")
     a = ap.parse_args(argv)
     import yaml
 
     with open(a.config) as f:
         cfg = config.resolve({**(yaml.safe_load(f) or {}), "profile": a.profile})
-    print(text(cfg, a.published))
+    try:
+        print(text(cfg, a.published, a.gpu))
+    except ValueError as e:
+        print(f"plan: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
