@@ -95,13 +95,18 @@ def test_long_prompts_reach_their_window_and_open_apart(tiny_assets):
 
 
 def test_long_prompt_rounds_of_a_multiple_of_eight_hold_as_many_prompt_tokens(tiny_assets):
-    """Every round of the prefill case sends prompts of its own; their target lengths repeat every 8 prompts, so
-    rounds of 8 (or 16) prompts, from any offset, hold about as many prompt tokens each: a round's wall measures the
-    engine, not its draw of lengths (drawn anew, the B = 8 rounds of h200-2026-12-07-prefill held 29k-41k tokens)."""
+    """Every round of the prefill case sends prompts of its own; their target lengths take each eighth of the window
+    once in any 8 prompts in a row, so rounds of 8 (or 16) prompts, from any offset, span the window and hold about
+    as many prompt tokens each: a round's wall measures the engine, not its draw of lengths (drawn anew for each
+    prompt, the B = 8 rounds of h200-2026-12-07-prefill held 29k-49k tokens). A config whose long-prompt rounds are
+    not a multiple of 8 prompts is refused."""
     from rollout_bench.assets import long_prompts
 
     tok = prompts.load_tokenizer(tiny_assets["model"])
     wl = {"prompt_tokens": [1024, 3072], "shuffle_seed": 3407, "warmup_prompts": 0, "long_prompts": True}
+    pool = prompts._pool(tok, tiny_assets["dataset"], 3407, 1024, 3072, long=True)
+    eighth = (3072 - 1024 + 1) / 8
+    assert sorted(int((pool.target(i) - 1024) // eighth) for i in range(5, 13)) == list(range(8))
     for n, offset in ((8, 3), (16, 5)):
         rounds, _ = prompts.select(tok, {**wl, "n_prompts": n, "rounds": 3, "prompt_offset": offset},
                                    tiny_assets["dataset"])
@@ -109,9 +114,14 @@ def test_long_prompt_rounds_of_a_multiple_of_eight_hold_as_many_prompt_tokens(ti
         assert (max(totals) - min(totals)) / min(totals) < 0.03, totals
         assert len({tuple(p) for r in rounds for p in r}) == 3 * n  # still prompts of their own
         lengths = [sorted(map(len, r)) for r in rounds]  # the same lengths, to within a worked example
-        assert all(abs(a - b) < 400 for r in lengths[1:] for a, b in zip(lengths[0], r)), lengths
+        assert all(abs(a - b) <= max(pool.sizes.values()) for r in lengths[1:] for a, b in zip(lengths[0], r))
     assert long_prompts.PERIOD == 8
-
+    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    raw["profiles"]["prefill"]["workload"]["cases"]["prefill"] = {
+        **raw["profiles"]["prefill"]["workload"]["cases"]["prefill"], "batch_sizes": [8, 12]}
+    with pytest.raises(config.ConfigError, match=r"cases.prefill.batch_sizes: at 12 a round sends 12 long prompts, "
+                                                 r"not a multiple of 8"):
+        config.resolve({**raw, "profile": "prefill"})
 
 def test_model_dir_loads_with_normal_loader_and_is_seeded(tiny_assets, tmp_path):
     from transformers import AutoModelForCausalLM

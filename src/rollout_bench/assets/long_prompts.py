@@ -1,16 +1,16 @@
 """Long prompts for a prefill-heavy case (workload.cases.<case>.long_prompts): the dataset's problems are 100-300
 tokens, a long-context GRPO prompt (a document, a multi-turn tool transcript) 2k-8k.
 
-Prompt i of a pool is a pure function of (dataset, shuffle seed, i, window, tokenizer): its target length is drawn
-uniformly from the window by (seed, i mod PERIOD), so any PERIOD prompts in a row aim at the same PERIOD lengths,
-and every timed round of a multiple of PERIOD prompts holds about as many prompt tokens as the next (each round
-sends prompts of its own: with lengths drawn anew, a round's wall followed its draw, 29k to 41k prompt tokens in the
-B = 8 rounds of h200-2026-12-07-prefill, and the rounds of every engine spread 33-46%). Its user turn is worked
-examples, each a dataset row's problem and answer, then a question, another row's problem. The first example is row
-i of the shuffled dataset and the rest are drawn by (seed, i), so no two prompts of a pool open alike after the chat
-template's system prompt and the dataset's shared instruction (which every case's prompts share, as a GRPO run's
-do): no engine's prefix cache makes one prompt's prefill free for another (pools of more prompts than rows reuse
-first examples, then differ from the second on).
+Prompt i of a pool is a pure function of (dataset, shuffle seed, i, window, tokenizer). Its target length lies in
+one of PERIOD equal parts of the window, at a point drawn in it by (seed, i mod PERIOD), and any PERIOD prompts in a
+row take each part once, in an order drawn by the seed: every timed round of a multiple of PERIOD prompts spans the
+window and holds about as many prompt tokens as the next (each round sends prompts of its own; with lengths drawn
+anew for each prompt, at 95817f3, the B = 8 rounds of h200-2026-12-07-prefill held 29k-49k prompt tokens and every
+engine's rounds spread 33-46%). Its user turn is worked examples, each a dataset row's problem and answer, then a
+question, another row's problem. The first example is row i of the shuffled dataset and the rest are drawn by (seed,
+i), so no two prompts of a pool open alike after the chat template's system prompt and the dataset's shared
+instruction (which every case's prompts share, as a GRPO run's do): no engine's prefix cache makes one prompt's
+prefill free for another (pools of more prompts than rows reuse first examples, then differ from the second on).
 Examples are added until the templated prompt reaches its target, then one at a time removed or added until it lies
 in the window.
 """
@@ -30,6 +30,12 @@ class Pool:
         self.tok, self.rows, self.seed, self.lo, self.hi = tok, rows, seed, lo, hi
         self.sizes: dict[int, int] = {}  # row -> its example's tokens (an estimate: BPE merges across joins)
         self.kept: list[list[int]] = []
+        self.strata = random.Random(f"{seed}:strata").sample(range(PERIOD), PERIOD)  # prompt i % PERIOD's eighth
+
+    def target(self, i: int) -> int:
+        """Prompt i's target length: a point of its own in its eighth of the window, the same for i and i + PERIOD."""
+        u = random.Random(f"{self.seed}:length:{i % PERIOD}").random()
+        return min(self.hi, self.lo + int((self.hi - self.lo + 1) * (self.strata[i % PERIOD] + u) / PERIOD))
 
     def example(self, row: int) -> str:
         problem, answer = self.rows[row]
@@ -46,7 +52,7 @@ class Pool:
 
     def build(self, i: int) -> list[int]:
         n = len(self.rows)
-        target = random.Random(f"{self.seed}:length:{i % PERIOD}").randint(self.lo, self.hi)
+        target = self.target(i)
         rng = random.Random(f"{self.seed}:{i}")
         question = (i + 1 + rng.randrange(n - 1)) % n  # any row but the first example's
         draws = iter(lambda: rng.randrange(n), None)  # endless, deterministic

@@ -11,6 +11,7 @@ import yaml
 
 from .. import ROOT, SCHEMAS, backends
 from ..assets import dataset as dataset_assets
+from ..assets import long_prompts
 from ..assets import model as model_assets
 from ..core import envinfo
 from ..core.workload import LORA_TARGETS
@@ -325,6 +326,12 @@ def _check_case(cfg: dict, name: str, case: dict) -> None:
             raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: {bs} is not a multiple "
                               f"of num_generations={case['num_generations']} (a batch counts sequences, "
                               f"prompts x num_generations: use a multiple)")
+        n = case.get("n_prompts") or cfg["workload"]["n_prompts"] or bs // case["num_generations"]
+        if case.get("long_prompts") and n % long_prompts.PERIOD:
+            raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: at {bs} a round sends {n} long "
+                              f"prompts, not a multiple of {long_prompts.PERIOD}: long prompts' target lengths repeat "
+                              f"every {long_prompts.PERIOD} prompts, so that only rounds of a multiple of it hold "
+                              f"about as many prompt tokens each; use a multiple (prompts x num_generations)")
 
 
 def warm_name(model: str) -> str:
