@@ -99,19 +99,27 @@ def test_a_generated_block_is_rewritten_from_its_sources_and_a_bad_one_named(tmp
 
 
 def test_a_generate_block_is_the_table_its_runs_pipeline_rendered(tmp_path):
-    """`generate SUMMARY REFERENCE` renders a published run's summary as its own pipeline did (its tables/generate.md
-    begins with the same table), and a reference backend the summary lacks is named with the ones it has."""
+    """`generate SUMMARY REFERENCE [A,B]` renders a published run's summary as `render --versus A,B` does; a summary
+    without the aggregate's columns, a reference with no ok rows, or a head-to-head not A,B is named with the fix."""
+    import pandas as pd
     import pytest
 
-    from rollout_bench.report import blocks
+    from rollout_bench.report import blocks, render
 
     run = "results/published/h200-2026-12-07-prefill"
+    df = pd.read_csv(ROOT / run / "summary/generate.csv")
     doc = tmp_path / "doc.md"
-    doc.write_text(f"<!-- generated: generate {run}/summary/generate.csv vllm -->\n<!-- end generated -->\n")
+    doc.write_text(f"<!-- generated: generate {run}/summary/generate.csv vllm flex,vllm -->\n<!-- end generated -->\n")
     assert not blocks.update(doc, ROOT)
     body = doc.read_text().split("-->\n", 1)[1].rsplit("<!-- end generated -->", 1)[0]
-    assert (ROOT / run / "tables/generate.md").read_text().startswith(body)
-    assert "| flex | fa4 | 64 |" in body and "| fa4 |" in body and "flex-triton" in body
-    doc.write_text(f"<!-- generated: generate {run}/summary/generate.csv sglang -->\n<!-- end generated -->\n")
-    with pytest.raises(blocks.BlockError, match="no 'sglang' rows.*'flex', 'transformers_cb', 'vllm'"):
-        blocks.update(doc, ROOT)
+    assert body == render.generation_table(df, "vllm") + "\n" + render.head_to_head(df, "flex", "vllm")
+    assert "| flex | fa4 | 64 |" in body and "flex-triton" in body and "### flex / vllm" in body
+    bad = tmp_path / "bad.csv"
+    for frame, spec, match in ((df.drop(columns=["status"]), "vllm", r"lacks the columns \['status'\]"),
+                               (df, "sglang", r"no 'ok' 'sglang' rows.*'flex', 'transformers_cb', 'vllm'"),
+                               (df.assign(status="failed"), "vllm", r"no 'ok' 'vllm' rows.*\[\]"),
+                               (df, "vllm flex", "as A,B")):
+        frame.to_csv(bad, index=False)
+        doc.write_text(f"<!-- generated: generate {bad} {spec} -->\n<!-- end generated -->\n")  # root / bad: bad
+        with pytest.raises(blocks.BlockError, match=match):
+            blocks.update(doc, ROOT)

@@ -8,8 +8,8 @@ where a body is not what its sources give; tests/test_docs.py runs that check).
 
 Renderers: `learn BAND_JSON` (train.learning_table), `decode_step DIR` (every decode_step.json under DIR,
 render.decode_step_table), `decode_step_versus MODEL LABEL=DIR ...` (DIR/MODEL/decode_step.json of each, in order,
-render.decode_step_versus), `generate SUMMARY_CSV REFERENCE` (a run's summary, render.generation_table: the table
-its own pipeline rendered). Paths are relative to the repository root.
+render.decode_step_versus), `generate SUMMARY_CSV REFERENCE [A,B]` (a run's summary as its pipeline rendered it:
+render.generation_table, and with A,B render.head_to_head). Paths are relative to the repository root.
 """
 import argparse
 import re
@@ -48,14 +48,29 @@ def _decode_step_versus(root: Path, model: str, *labelled: str) -> str:
     return render.decode_step_versus(pairs, model)
 
 
-def _generate(root: Path, summary: str, reference: str) -> str:
+SUMMARY_COLUMNS = ("model", "case", "backend", "variant", "batch_size", "status", "ignore_eos", "decode_tps")
+
+
+def _generate(root: Path, summary: str, reference: str, versus: str = "") -> str:
+    """The run's generation table against `reference`, and with `versus` (A,B) its A / B head-to-head: what its
+    pipeline rendered (`render --versus`) from the same summary."""
     import pandas as pd
 
     df = pd.read_csv(root / summary)
-    if reference not in set(df.backend):
-        raise BlockError(f"{summary} has no {reference!r} rows to take as the reference: name one of "
-                         f"{sorted(set(df.backend))}")
-    return render.generation_table(df, reference)
+    missing = [c for c in SUMMARY_COLUMNS if c not in df.columns]
+    if missing:
+        raise BlockError(f"{summary} lacks the columns {missing}: name a summary `python -m rollout_bench aggregate` "
+                         f"wrote (a run's summary/generate.csv)")
+    ok = sorted(set(df[df.status == "ok"].backend.dropna().astype(str)))
+    if reference not in ok:
+        raise BlockError(f"{summary} has no 'ok' {reference!r} rows to take as the reference: name one of {ok}")
+    table = render.generation_table(df, reference)
+    if versus:
+        a, sep, b = versus.partition(",")
+        if not (sep and a and b):
+            raise BlockError(f"generate takes its head-to-head as A,B after the reference, got {versus!r}")
+        table += "\n" + render.head_to_head(df, a, b)
+    return table
 
 
 RENDERERS = {"learn": _learn, "decode_step": _decode_step, "decode_step_versus": _decode_step_versus,

@@ -176,7 +176,7 @@ def _prefill_section(model: str, case: str, g: pd.DataFrame, reference: str) -> 
                      f"| {fmt(r.pct_of_ref, '.1f')} | {fmt(tps) or no_rate} "
                      f"| {fmt(getattr(r, 'prefill_engine_tps', None)) or '—'} | {prefill_kernel(r)} "
                      f"| {fmt(r.peak_alloc_gb, '.2f')} | {_status(r)} |")
-    return lines + ["", "Prompt tokens: a prompt's mean over the last round; round s: the median round wall; prefill "
+    return lines + ["", "Prompt tokens: a prompt's mean over the timed rounds; round s: the median round wall; prefill "
                         "tok/s: prompt tokens / s of a one-token call on the last round's prompts (no prefix cache "
                         "hit), one method for every engine; engine prefill tok/s: flex's own prefill passes in that "
                         "call; prefill kernel: fa4, flex-triton (why not FA4) or the backend's own.", ""]
