@@ -9,10 +9,13 @@ if [ ! -f /tmp/bg.log ]; then
   exit 3
 fi
 # MARK counts only after the last plan's start: a second launch on the same machine appends to bg.log, and the first
-# plan's "H rc=" (or DONE) would end the wait at once (2026-12-07)
+# plan's "H rc=" (or DONE) would end the wait at once (2026-12-07). An install's mark (stash.sh writes it before or
+# after the plan's start) counts anywhere in the log.
 this_plan() { awk '/ plan \(/ {buf = ""} {buf = buf $0 "\n"} END {printf "%s", buf}' /tmp/bg.log 2>/dev/null; }
+mark=${2:-DONE}
+seen() { if [[ $mark == install* ]]; then grep -q "$mark" /tmp/bg.log; else this_plan | grep -q "$mark"; fi; }
 end=$((SECONDS + ${1:-60}))
-while [ $SECONDS -lt $end ] && ! this_plan | grep -q "${2:-DONE}"; do sleep 5; done
+while [ $SECONDS -lt $end ] && ! seen; do sleep 5; done
 cat /tmp/bg.log; tail -3 /tmp/smoke.log 2>/dev/null; tail -2 /tmp/pytest_gpu.log 2>/dev/null
 grep -h "Finished job\|Error in rule" /tmp/headline.log /tmp/prefill.log 2>/dev/null | tail -4
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
