@@ -123,6 +123,7 @@ def test_long_prompt_rounds_of_a_multiple_of_eight_hold_as_many_prompt_tokens(ti
                                                  r"not a multiple of 8"):
         config.resolve({**raw, "profile": "prefill"})
 
+
 def test_model_dir_loads_with_normal_loader_and_is_seeded(tiny_assets, tmp_path):
     from transformers import AutoModelForCausalLM
 
