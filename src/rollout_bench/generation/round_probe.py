@@ -1,11 +1,13 @@
-"""What the process did during one timed round besides waiting on the GPU: its CPU time (all threads, and the
+"""What the process did during one timed round: its CPU time (all threads, and the
 thread that called the engine), the garbage collector's passes and pauses, and its context switches.
 
-An engine that schedules and builds its outputs in one Python thread (vLLM in-process, as TRL colocates it) runs
+An engine that schedules and builds its outputs in one Python thread (vLLM in-process, as TRL colocates it) may run
 only as fast as that thread: a round that took longer spent the extra time in the collector (`gc.pause_s`), on the
-CPU (`thread_cpu_s` grew with the wall), or waiting (neither grew). `freeze_heap` moves every object alive before
-the timed rounds out of the collector's reach, as vLLM's engine does after its own start-up, so that a collection
-in a round does not walk the heap the warm-up, the compile and the earlier cells left behind.
+CPU (`thread_cpu_s` grew with the wall), or waiting in a sleep (neither grew). A wait for the GPU where CUDA spins
+counts as CPU time, so a thread on a CPU for most of the wall is not by that alone bound by its CPU. `freeze_heap`
+moves every object alive before the timed rounds out of the collector's reach, as vLLM's engine does after its own
+start-up, so that a collection in a round does not walk the heap the warm-up, the compile and the earlier cells left
+behind.
 """
 import gc
 import resource

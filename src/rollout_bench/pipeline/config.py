@@ -326,12 +326,18 @@ def _check_case(cfg: dict, name: str, case: dict) -> None:
             raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: {bs} is not a multiple "
                               f"of num_generations={case['num_generations']} (a batch counts sequences, "
                               f"prompts x num_generations: use a multiple)")
-        n = case.get("n_prompts") or cfg["workload"]["n_prompts"] or bs // case["num_generations"]
+        n = prompts_per_round(cfg, case, bs)
         if case.get("long_prompts") and n % long_prompts.PERIOD:
             raise ConfigError(f"config error at workload.cases.{name}.batch_sizes: at {bs} a round sends {n} long "
                               f"prompts, not a multiple of {long_prompts.PERIOD}: long prompts' target lengths repeat "
                               f"every {long_prompts.PERIOD} prompts, so that only rounds of a multiple of it hold "
                               f"about as many prompt tokens each; use a multiple (prompts x num_generations)")
+
+
+def prompts_per_round(cfg: dict, case: dict, batch_size: int) -> int:
+    """The prompts a timed round of `case` sends at `batch_size`: the case's n_prompts, the workload's, or one per
+    num_generations sequences of the batch."""
+    return case.get("n_prompts") or cfg["workload"]["n_prompts"] or batch_size // case["num_generations"]
 
 
 def warm_name(model: str) -> str:

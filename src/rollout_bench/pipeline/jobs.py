@@ -8,7 +8,7 @@ from .. import MODEL_CONFIGS
 from ..assets import model as model_assets
 from ..core.workload import Sampling
 from ..generation import trace
-from .config import uses_gpu, variants, warm_models, warm_name, warmstart_knobs
+from .config import prompts_per_round, uses_gpu, variants, warm_models, warm_name, warmstart_knobs
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def prompts_needed(cfg: dict, case_name: str, batch_size: int) -> tuple[int, int
     """(n_prompts a round, warm-up prompts, prompts the cell sends in all): every timed round, and every re-measure
     of them (workload.spread_retries), sends prompts of its own."""
     wl, case = cfg["workload"], cfg["workload"]["cases"][case_name]
-    n = case.get("n_prompts") or wl["n_prompts"] or batch_size // case["num_generations"]
+    n = prompts_per_round(cfg, case, batch_size)
     warm = min(wl["warmup_prompts"], n)
     return n, warm, n * wl["rounds"] * (1 + wl["spread_retries"]) + warm
 

@@ -68,17 +68,18 @@ def _cell_key(wl: dict) -> tuple:
             tuple(wl.get("prompt_tokens") or ()), trace["name"] if trace else None)
 
 
-def gpu_models(root="results/published") -> list[str]:
-    """The GPU models of the published stats, as their env names them."""
-    return sorted({r["env"]["gpu_name"] for r in _published(Path(root))})
+def _on(recs: list[dict], gpu: str | None) -> list[dict]:
+    """The records of GPU models whose name holds `gpu` (case-insensitive); all of them without one."""
+    return [r for r in recs if not gpu or gpu.lower() in r["env"]["gpu_name"].lower()]
 
 
 def estimate(cfg: dict, root="results/published", gpu: str | None = None) -> list[dict]:
     """One row per GPU job: what it is, its cells, and its estimated seconds (None: no published figure); with
     `gpu`, from the stats of GPU models whose name holds it alone (case-insensitive)."""
-    recs = _published(Path(root))
-    if gpu:
-        recs = [r for r in recs if gpu.lower() in r["env"]["gpu_name"].lower()]
+    return _estimate(cfg, _on(_published(Path(root)), gpu))
+
+
+def _estimate(cfg: dict, recs: list[dict]) -> list[dict]:
     gen = [r for r in recs if r.get("kind") == "generate" and r.get("rounds")]
     rows = []
     for slug in jobs.tuned_slugs(cfg) if cfg["autotune"]["enabled"] else []:
@@ -128,11 +129,13 @@ def _total(rows: list[dict]) -> str:
 
 
 def text(cfg: dict, root="results/published", gpu: str | None = None) -> str:
-    rows = estimate(cfg, root, gpu)
-    models = [m for m in gpu_models(root) if not gpu or gpu.lower() in m.lower()]
+    published = _published(Path(root))  # read once: every model's estimate below filters it
+    recs = _on(published, gpu)
+    models = sorted({r["env"]["gpu_name"] for r in recs})
     if gpu and not models:
         raise ValueError(f"--gpu {gpu!r}: no published stats of such a GPU under {root}; the published GPU models: "
-                         f"{', '.join(gpu_models(root)) or 'none'}")
+                         f"{', '.join(sorted({r['env']['gpu_name'] for r in published})) or 'none'}")
+    rows = _estimate(cfg, recs)
     lines = [f"GPU jobs of profile {cfg['profile']}, estimated from the published stats under {root} "
              f"({'on ' + ', '.join(models) if gpu else 'every GPU model pooled'}; an estimate, not a result):"]
     for r in rows:
@@ -142,7 +145,8 @@ def text(cfg: dict, root="results/published", gpu: str | None = None) -> str:
         lines.append(f"  {r['job']}" + (f" ({r['cells']} cells)" if r["cells"] else "") + f": {est}")
     lines.append(f"  total: {_total(rows)}")
     if not gpu:
-        lines += [f"  on {m} alone: {_total(estimate(cfg, root, m))}" for m in models]
+        lines += [f"  on {m} alone: {_total(_estimate(cfg, [r for r in recs if r['env']['gpu_name'] == m]))}"
+                  for m in models]
     return "\n".join(lines)
 
 
