@@ -72,3 +72,25 @@ def test_the_shipped_trace_is_what_its_published_stats_give():
 
     t = trace.load("qwen3-4b-warm-t1")
     assert trace.from_stats(ROOT / t["source"]["stats"], t["name"]) == {**t, "source": {**t["source"]}}
+
+
+def test_a_job_records_what_it_added_to_a_warm_cache(tmp_path):
+    start = compile_cache.use(str(tmp_path / "c"), environ={})
+    assert compile_cache.settle(start)["compiled"] == dict.fromkeys(compile_cache.VARS, False)
+    (tmp_path / "c/vllm/old").write_text("x")
+    start = compile_cache.use(str(tmp_path / "c"), environ={})  # warm: another job's files
+    (tmp_path / "c/vllm/mine").write_text("x")
+    end = compile_cache.settle(start)
+    assert end["state"]["VLLM_CACHE_ROOT"] == "warm" and end["compiled"]["VLLM_CACHE_ROOT"] is True
+    assert end["files_added"] == {"TORCHINDUCTOR_CACHE_DIR": 0, "TRITON_CACHE_DIR": 0, "VLLM_CACHE_ROOT": 1}
+    assert compile_cache.settle({"dir": None, "state": "default"}) == {"dir": None, "state": "default"}
+    assert compile_cache.settle(None) is None
+
+
+def test_a_generation_jobs_record_says_what_it_compiled(tmp_path):
+    from rollout_bench.generation import job
+
+    start = compile_cache.use(str(tmp_path / "c"), environ={})
+    (tmp_path / "c/triton/k.cubin").write_text("x")
+    rec = job.close_job({"cells": [], "compile_cache": start}, job.Clock(), None)
+    assert rec["compile_cache"]["files_added"]["TRITON_CACHE_DIR"] == 1 and rec["setup_s"] == 0

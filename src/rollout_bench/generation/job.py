@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from .. import backends
 from ..backends import kernel_tuning
 from ..core import atomic, envinfo, stats
+from ..host import compile_cache as caches
 from . import completions, logprob_sample, measure, prefill
 
 
@@ -298,7 +299,9 @@ def setup_phases(setup_s: float, cell: dict, built, gate: dict | None) -> dict:
 
 
 def close_job(job: dict, clock: Clock, out: str | None) -> dict:
-    """The job's record: its cells' set-up and timed seconds beside the process's wall so far."""
+    """The job's record: its cells' set-up and timed seconds beside the process's wall so far, and what it added to
+    the compile caches."""
+    job["compile_cache"] = caches.settle(job.get("compile_cache"))
     job["wall_s"] = round(time.perf_counter() - clock.t0, 3)
     job["setup_s"] = round(sum(c["setup_s"] for c in job["cells"]), 3)
     job["timed_s"] = round(sum(c["timed_s"] for c in job["cells"]), 3)

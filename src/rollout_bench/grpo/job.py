@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..backends import kernel_tuning
 from ..core import envinfo, stats
+from ..host import compile_cache as caches
 from . import availability, timing
 from .config import TrainSpec
 
@@ -90,4 +91,6 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
     age = envinfo.process_age_s()
     if age is not None:  # the process's wall but its training loop: imports, loads, engines, compiles
         record["setup_s"] = round(max(0.0, age - run.train_wall_s), 3)
+    if compile_cache:
+        record["compile_cache"] = caches.settle(compile_cache)
     return stats.finish(record, out)

@@ -3,8 +3,9 @@
 flex compiles its layer code and flex-attention kernels with Inductor and Triton, and vLLM compiles its model with
 torch.compile; each library keeps what it compiled on disk, keyed by what it compiled, and reuses it in a later
 process. `use` points them all under one directory before anything compiles (a variable the user set stays as it
-is) and says whether the job found anything there: its stats record it, so a set-up time can be read as a cold or
-a warm start.
+is) and says whether the job found anything there; `settle`, at the job's end, what it added: its stats record both,
+so a set-up time can be read as a cold start, a warm one, or a warm directory that still lacked this job's kernels
+(files found, and files added: the job compiled what no earlier job had).
 """
 import os
 from pathlib import Path
@@ -32,6 +33,16 @@ def use(cache_dir: str | None, environ=os.environ) -> dict:
     files = {var: files_under([d]) for var, d in dirs.items()}
     return {"dir": str(root), "dirs": dirs, "files_at_start": files,
             "state": {var: "warm" if n else "cold" for var, n in files.items()}}
+
+
+def settle(cache: dict | None) -> dict | None:
+    """`cache` (what `use` said at the job's start) with the files each library added since: `files_added`, and
+    `compiled` per library (True: the job compiled and wrote something the cache lacked; False: every compile it
+    made, if any, was a hit or it made none). A directory warm at the start can still miss a job's own kernels."""
+    if not cache or not cache.get("dirs"):
+        return cache
+    added = {var: files_under([d]) - cache["files_at_start"][var] for var, d in cache["dirs"].items()}
+    return {**cache, "files_added": added, "compiled": {var: n > 0 for var, n in added.items()}}
 
 
 def snapshot(environ=os.environ) -> dict:
