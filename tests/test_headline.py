@@ -158,3 +158,15 @@ def test_a_run_cut_short_is_not_the_answer_while_a_finished_one_exists(tmp_path)
     # with no finished run, the newest is the answer, and says it did not end
     (root / "done").rename(tmp_path / "aside")
     assert headline.block(root).startswith("From [`cut`]") and "cut short" not in headline.block(root)
+
+
+def test_the_block_says_which_jobs_compiled_what_their_caches_lacked():
+    def job(backend, case, compiled):
+        return {"kind": "generate_job", "backend": backend, "cells": [{"case": case}],
+                "compile_cache": {"compiled": {"TRITON_CACHE_DIR": False, "VLLM_CACHE_ROOT": compiled}}}
+
+    recs = [(None, job("flex", "greedy", False)), (None, job("vllm", "lora", True)),
+            (None, {"kind": "train", "backend": "vllm", "compile_cache": {"compiled": {"VLLM_CACHE_ROOT": False}}})]
+    assert headline.cache_note(recs) == (" Compile caches: 2 of 3 jobs found every kernel they ran already cached; "
+                                         "vllm's lora job compiled and cached kernels of their own.")
+    assert headline.cache_note([(None, {"kind": "generate_job", "compile_cache": {"state": "warm"}})]) == ""

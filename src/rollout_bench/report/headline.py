@@ -290,6 +290,24 @@ def mismatch_rows(recs: list) -> str:
     return "/".join(map(str, sorted(rows))) if rows else "a few"
 
 
+def cache_note(recs: list) -> str:
+    """How many GPU jobs compiled something their compile caches lacked (compile_cache.settle), where the run
+    recorded it: a warm directory can still lack a job's own kernels."""
+    jobs = [r for _, r in [*_of(recs, "generate_job"), *_of(recs, "train")] if (r.get("compile_cache") or {}).get("compiled")]
+    if not jobs:
+        return ""
+    compiled = [_job_name(r) for r in jobs if any(r["compile_cache"]["compiled"].values())]
+    return (f" Compile caches: {len(jobs) - len(compiled)} of {len(jobs)} jobs found every kernel they ran already "
+            f"cached" + (f"; {', '.join(compiled)} compiled and cached kernels of their own." if compiled else "."))
+
+
+def _job_name(rec: dict) -> str:
+    """`vllm's lora job`, `flex's GRPO run`: by its backend and its cells' cases."""
+    if rec.get("kind") == "train":
+        return f"{rec['backend']}'s GRPO run"
+    return f"{rec['backend']}'s {'/'.join(dict.fromkeys(c['case'] for c in rec.get('cells', [])))} job"
+
+
 def autotune_note(recs: list) -> str:
     walls = [r["wall_s"] for _, r in _of(recs, "autotune")]
     return f"; the autotune pass, a measurement of its own, took {fmt(sum(walls), ',.0f')} s more" if walls else ""
@@ -313,8 +331,8 @@ def block(root, a: str = "flex", b: str = "vllm") -> str:
         f"commit {commits}{dirty}, on one {', '.join(man['gpu_names'])} ({', '.join(u[:12] for u in man['gpu_uuids'])})"
         f", published {man['published_at'][:10]}. Its generation and GRPO jobs spent {fmt(share['setup_s'], ',.0f')} s "
         f"of {fmt(share['wall_s'], ',.0f')} s setting up ({fmt(100 * share['share'], '.0f') if share['share'] else '—'}%"
-        f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(recs)}. "
-        f"{invocation_note(folder, recs)}",
+        f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(recs)}."
+        f"{cache_note(recs)} {invocation_note(folder, recs)}",
         "",
         f"| cell | B | {a} tok/s | {b} tok/s | {a} / {b} | time to last completion s: {a}, {b} ({a} / {b}) "
         f"| {a} GB/s (of copy) | round spread {a}, {b} (host CPUs busy elsewhere) | peak GB {a}, {b} "
