@@ -313,9 +313,10 @@ def autotune_note(recs: list) -> str:
     return f"; the autotune pass, a measurement of its own, took {fmt(sum(walls), ',.0f')} s more" if walls else ""
 
 
-def block(root, a: str = "flex", b: str = "vllm") -> str:
-    """The answer block's body: the newest headline folder under `root`, or a line saying there is none."""
-    run = answer_run(root)
+def block(root, a: str = "flex", b: str = "vllm", run=None) -> str:
+    """The answer block's body: the newest headline folder under `root` (or `run`: what answer_run returned
+    already), or a line saying there is none."""
+    run = run or answer_run(root)
     if run is None:
         return "No headline run is published yet: `snakemake --cores 16 --resources gpu=1 --config profile=headline`."
     folder, newer, recs, cfg = run

@@ -386,8 +386,10 @@ def update(readme, root, models: list[str], check: bool = False) -> bool:
     """Rewrite the README's answer block (the newest headline run) and root/STANDINGS.md (every published pair) from
     the stats under `root`; with `check`, only say whether both are current. True where both already were."""
     text = Path(readme).read_text()
-    new = replace_block(text, "\n".join([BEGIN, headline.block(root), END]))
-    new = replace_block(new, "\n".join([TARGETS_BEGIN, targets.block(root), TARGETS_END]), TARGETS_BEGIN, TARGETS_END)
+    run = headline.answer_run(root)  # both blocks read the one answer run
+    new = replace_block(text, "\n".join([BEGIN, headline.block(root, run=run), END]))
+    new = replace_block(new, "\n".join([TARGETS_BEGIN, targets.block(root, run=run), TARGETS_END]), TARGETS_BEGIN,
+                        TARGETS_END)
     history = Path(root) / HISTORY
     old_history = history.read_text() if history.exists() else ""
     new_history = HISTORY_HEAD + block(root, models) + "\n"

@@ -175,9 +175,10 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def block(root) -> str:
-    """The README's targets block: the folder the answer comes from (headline.answer), its targets' table."""
-    run = headline.answer_run(root)
+def block(root, run=None) -> str:
+    """The README's targets block: the folder the answer comes from (headline.answer_run, or `run`: what it
+    returned already), its targets' table."""
+    run = run or headline.answer_run(root)
     if run is None:
         return "No headline run is published yet."
     folder, _, recs, cfg = run
