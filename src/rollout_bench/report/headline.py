@@ -293,7 +293,8 @@ def mismatch_rows(recs: list) -> str:
 def cache_note(recs: list) -> str:
     """How many GPU jobs compiled something their compile caches lacked (compile_cache.settle), where the run
     recorded it: a warm directory can still lack a job's own kernels."""
-    jobs = [r for _, r in [*_of(recs, "generate_job"), *_of(recs, "train")] if (r.get("compile_cache") or {}).get("compiled")]
+    jobs = [r for _, r in [*_of(recs, "generate_job"), *_of(recs, "train")]
+            if (r.get("compile_cache") or {}).get("compiled")]
     if not jobs:
         return ""
     compiled = [_job_name(r) for r in jobs if any(r["compile_cache"]["compiled"].values())]
