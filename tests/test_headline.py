@@ -161,12 +161,16 @@ def test_a_run_cut_short_is_not_the_answer_while_a_finished_one_exists(tmp_path)
 
 
 def test_the_block_says_which_jobs_compiled_what_their_caches_lacked():
-    def job(backend, case, compiled):
-        return {"kind": "generate_job", "backend": backend, "cells": [{"case": case}],
+    def job(backend, case, compiled, status="ok"):
+        return {"kind": "generate_job", "backend": backend, "cells": [{"case": case, "status": status}],
                 "compile_cache": {"compiled": {"TRITON_CACHE_DIR": False, "VLLM_CACHE_ROOT": compiled}}}
 
-    recs = [(None, job("flex", "greedy", False)), (None, job("vllm", "lora", True)),
-            (None, {"kind": "train", "backend": "vllm", "compile_cache": {"compiled": {"VLLM_CACHE_ROOT": False}}})]
-    assert headline.cache_note(recs) == (" Compile caches: 2 of 3 jobs found every kernel they ran already cached; "
-                                         "vllm's lora job compiled and cached kernels of their own.")
+    train = {"kind": "train", "backend": "vllm", "status": "ok",
+             "compile_cache": {"compiled": {"VLLM_CACHE_ROOT": False}}}
+    recs = [(None, job("flex", "greedy", False)), (None, job("vllm", "lora", True)), (None, train),
+            (None, job("vllm", "greedy", False, status="skipped"))]  # ran nothing: not counted
+    assert headline.cache_note(recs) == (" Compile caches: 2 of 3 generation jobs and GRPO runs added no files to "
+                                         "them; vllm's lora job added its own compiled kernels.")
+    recs.append((None, {**train, "backend": "flex", "compile_cache": {"compiled": {"TRITON_CACHE_DIR": True}}}))
+    assert headline.cache_note(recs).endswith("vllm's lora job, flex's GRPO run added their own compiled kernels.")
     assert headline.cache_note([(None, {"kind": "generate_job", "compile_cache": {"state": "warm"}})]) == ""

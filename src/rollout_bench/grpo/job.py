@@ -81,6 +81,8 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
     run = driver.train(backend, spec, model_dir=model_dir, adapter_dir=adapter_dir or None,
                        dataset_dir=dataset_dir, steps=steps, max_wall_s=max_wall_s)
     record.update(run.info, steps_planned=steps)
+    if compile_cache:  # what the run compiled, whether or not it passes its gate
+        record["compile_cache"] = caches.settle(compile_cache)
     record["steps"] = [{**{k: s.get(k) for k in CONTRACT}, **s} for s in run.steps]
     bad = gate(run, spec, steps)
     if bad:
@@ -91,6 +93,4 @@ def run_job(*, backend: str, model: str, workload: dict, model_dir: str, adapter
     age = envinfo.process_age_s()
     if age is not None:  # the process's wall but its training loop: imports, loads, engines, compiles
         record["setup_s"] = round(max(0.0, age - run.train_wall_s), 3)
-    if compile_cache:
-        record["compile_cache"] = caches.settle(compile_cache)
     return stats.finish(record, out)

@@ -38,7 +38,9 @@ def use(cache_dir: str | None, environ=os.environ) -> dict:
 def settle(cache: dict | None) -> dict | None:
     """`cache` (what `use` said at the job's start) with the files each library added since: `files_added`, and
     `compiled` per library (True: the job compiled and wrote something the cache lacked; False: every compile it
-    made, if any, was a hit or it made none). A directory warm at the start can still miss a job's own kernels."""
+    made, if any, was a hit or it made none). A directory warm at the start can still miss a job's own kernels.
+    The directories are shared: where GPU jobs run at once (`--resources gpu=N`, N > 1, or several slots a GPU), a
+    job also counts what the others wrote meanwhile, so `compiled` is the job's own only where it ran alone."""
     if not cache or not cache.get("dirs"):
         return cache
     added = {var: files_under([d]) - cache["files_at_start"][var] for var, d in cache["dirs"].items()}

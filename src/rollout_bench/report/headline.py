@@ -291,22 +291,26 @@ def mismatch_rows(recs: list) -> str:
 
 
 def cache_note(recs: list) -> str:
-    """How many GPU jobs compiled something their compile caches lacked (compile_cache.settle), where the run
-    recorded it: a warm directory can still lack a job's own kernels."""
-    jobs = [r for _, r in [*_of(recs, "generate_job"), *_of(recs, "train")]
-            if (r.get("compile_cache") or {}).get("compiled")]
+    """How many of the generation jobs and GRPO runs that ran (a cell or the run `ok`) added files to their compile
+    caches (compile_cache.settle), where the run recorded it: a warm directory can still lack a job's own kernels."""
+    ran = [r for _, r in _of(recs, "generate_job") if any(c.get("status") == "ok" for c in r.get("cells", []))]
+    ran += [r for _, r in _of(recs, "train") if r.get("status") == "ok"]
+    jobs = [r for r in ran if (r.get("compile_cache") or {}).get("compiled")]
     if not jobs:
         return ""
-    compiled = [_job_name(r) for r in jobs if any(r["compile_cache"]["compiled"].values())]
-    return (f" Compile caches: {len(jobs) - len(compiled)} of {len(jobs)} jobs found every kernel they ran already "
-            f"cached" + (f"; {', '.join(compiled)} compiled and cached kernels of their own." if compiled else "."))
+    wrote = [_job_name(r) for r in jobs if any(r["compile_cache"]["compiled"].values())]
+    note = (f" Compile caches: {len(jobs) - len(wrote)} of {len(jobs)} generation jobs and GRPO runs added no files "
+            f"to them")
+    if not wrote:
+        return note + "."
+    return note + f"; {', '.join(wrote)} added {'its' if len(wrote) == 1 else 'their'} own compiled kernels."
 
 
 def _job_name(rec: dict) -> str:
     """`vllm's lora job`, `flex's GRPO run`: by its backend and its cells' cases."""
     if rec.get("kind") == "train":
         return f"{rec['backend']}'s GRPO run"
-    return f"{rec['backend']}'s {'/'.join(dict.fromkeys(c['case'] for c in rec.get('cells', [])))} job"
+    return f"{rec['backend']}'s {'/'.join(dict.fromkeys(c['case'] for c in rec['cells']))} job"
 
 
 def autotune_note(recs: list) -> str:
