@@ -174,3 +174,22 @@ def test_the_block_says_which_jobs_compiled_what_their_caches_lacked():
     recs.append((None, {**train, "backend": "flex", "compile_cache": {"compiled": {"TRITON_CACHE_DIR": True}}}))
     assert headline.cache_note(recs).endswith("vllm's lora job, flex's GRPO run added their own compiled kernels.")
     assert headline.cache_note([(None, {"kind": "generate_job", "compile_cache": {"state": "warm"}})]) == ""
+
+
+def test_the_block_says_where_the_set_up_went():
+    def cell(before, build, gate, prepare, warmup):
+        phases = {"before_s": before, "build_s": build, "gate_s": gate, "prepare_s": prepare, "warmup_s": warmup}
+        return {"setup_s": sum(phases.values()), "setup_phases": phases}
+
+    flex = [cell(8.0, 3.0, 9.5, 1.0, 2.0), cell(0.0, 0.0, 0.0, 9.0, 6.0)]  # the first cell pays the build and gate
+    vllm = [cell(9.0, 24.0, 0.0, 0.0, 2.0), {"setup_s": 1.0, "setup_phases": None}]  # a failed cell records none
+    recs = [(None, {"kind": "generate_job", "cells": c, "setup_s": sum(x["setup_s"] for x in c), "wall_s": 100.0})
+            for c in (flex, vllm)]
+    recs.append((None, {"kind": "train", "status": "ok", "setup_s": 21.0, "wall_s": 42.0}))
+    share = headline.startup(recs)
+    assert share["setup_s"] == 38.5 + 35.0 + 1.0 + 21.0 and share["wall_s"] == 242.0
+    assert headline.startup_note(share) == (": process starts 17 s, engine builds 27 s, flex's gates against HF 10 s, "
+                                            "cells' captures 10 s, warm-up rounds 10 s, the GRPO runs' set-up 21 s")
+    # a run whose cells record no phases: what set-up covers
+    old = [(None, {"kind": "generate_job", "cells": [{"setup_s": 5.0}], "setup_s": 5.0, "wall_s": 9.0})]
+    assert headline.startup_note(headline.startup(old)) == ": imports, loads, compiles, graph capture, gates and warm-ups"

@@ -103,16 +103,40 @@ def _of(recs: list[tuple[Path, dict]], kind: str) -> list[tuple[Path, dict]]:
     return [(p, r) for p, r in recs if r.get("kind") == kind]
 
 
+# a generation cell's setup_phases (generation.job.setup_phases), in the order a job pays them, and their names
+PHASES = {"before_s": "process starts", "build_s": "engine builds", "gate_s": "flex's gates against HF",
+          "prepare_s": "cells' captures", "warmup_s": "warm-up rounds"}
+
+
 def startup(recs: list[tuple[Path, dict]]) -> dict:
-    """GPU jobs' set-up seconds over their walls: generation jobs (their records) and GRPO runs (their stats)."""
+    """GPU jobs' set-up seconds over their walls: generation jobs (their records) and GRPO runs (their stats); and
+    where the set-up went: the generation cells' phases, summed, and the GRPO runs' set-up."""
     setup = wall = 0.0
+    phases = dict.fromkeys([*PHASES, "train_s"], 0.0)
     for _, job in _of(recs, "generate_job"):
         if job["cells"]:
             setup, wall = setup + job["setup_s"], wall + job["wall_s"]
+        for cell in job["cells"]:
+            for k, v in (cell.get("setup_phases") or {}).items():
+                if k in PHASES:
+                    phases[k] += v
     for _, rec in _of(recs, "train"):
         if rec["status"] == "ok" and rec.get("setup_s") is not None:
             setup, wall = setup + rec["setup_s"], wall + rec["wall_s"]
-    return {"setup_s": setup, "wall_s": wall, "share": setup / wall if wall else None}
+            phases["train_s"] += rec["setup_s"]
+    return {"setup_s": setup, "wall_s": wall, "share": setup / wall if wall else None, "phases": phases}
+
+
+def startup_note(share: dict) -> str:
+    """`: process starts 33 s, engine builds 74 s, ...`: where the set-up went, from the cells that record it (runs
+    before 2026-12-07 do not: then what set-up covers)."""
+    ph = share["phases"]
+    if not any(ph[k] for k in PHASES):
+        return ": imports, loads, compiles, graph capture, gates and warm-ups"
+    parts = [f"{name} {fmt(ph[k], ',.0f')} s" for k, name in PHASES.items() if ph[k]]
+    if ph["train_s"]:
+        parts.append(f"the GRPO runs' set-up {fmt(ph['train_s'], ',.0f')} s")
+    return ": " + ", ".join(parts)
 
 
 def _config(folder: Path) -> dict:
@@ -337,7 +361,7 @@ def block(root, a: str = "flex", b: str = "vllm", run=None) -> str:
         f"commit {commits}{dirty}, on one {', '.join(man['gpu_names'])} ({', '.join(u[:12] for u in man['gpu_uuids'])})"
         f", published {man['published_at'][:10]}. Its generation and GRPO jobs spent {fmt(share['setup_s'], ',.0f')} s "
         f"of {fmt(share['wall_s'], ',.0f')} s setting up ({fmt(100 * share['share'], '.0f') if share['share'] else '—'}%"
-        f": imports, loads, compiles, graph capture, gates and warm-ups){autotune_note(recs)}."
+        f"{startup_note(share)}){autotune_note(recs)}."
         f"{cache_note(recs)} {invocation_note(folder, recs)}",
         "",
         f"| cell | B | {a} tok/s | {b} tok/s | {a} / {b} | time to last completion s: {a}, {b} ({a} / {b}) "
