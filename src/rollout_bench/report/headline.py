@@ -129,7 +129,7 @@ def startup(recs: list[tuple[Path, dict]]) -> dict:
 
 def startup_note(share: dict) -> str:
     """`: process starts 33 s, engine builds 74 s, ...`: where the set-up went, from the cells that record it (runs
-    before 2026-12-07 do not: then what set-up covers)."""
+    before 2026-12-06 do not: then what set-up covers)."""
     ph = share["phases"]
     if not any(ph[k] for k in PHASES):
         return ": imports, loads, compiles, graph capture, gates and warm-ups"
