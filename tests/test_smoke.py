@@ -27,13 +27,6 @@ def test_smoke_profile_covers_every_gpu_code_path():
     assert set(gpu["train_backends"]) == set(sm["train_backends"])
     assert sm["autotune"]["enabled"] and config.uses_gpu(sm)
     assert sm["train"]["steps"] == 2 and sm["gpu"]["jobs_per_gpu"] >= 1
-    # the prefill case's own path: long prompts, jobs of their own, the prefill-only call, on every engine it runs
-    own = {g.key for g in jobs.gen_groups(sm) if g.own_case}
-    assert own == {f"qwen3-tiny/{bv}/base-prefill" for bv in ("flex/graphs", "flex/fa4", "vllm/default",
-                                                              "transformers_cb/paged_sdpa",
-                                                              "transformers_cb/paged_flash_attention_4")}
-    wl = jobs.job_workload(sm, "qwen3-tiny", "flex", "prefill", 8)
-    assert wl["long_prompts"] and wl["prefill_rate"] and wl["prompt_tokens"] == [512, 2048]
 
 
 def write(path, rec):
