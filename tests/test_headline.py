@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rollout_bench.pipeline import publish
+from rollout_bench.pipeline import invocation, publish
 from rollout_bench.report import headline
 
 from .conftest import ROOT
@@ -145,15 +145,15 @@ def test_a_run_cut_short_is_not_the_answer_while_a_finished_one_exists(tmp_path)
     (root / "cut" / "logs/invocation.json").write_text(json.dumps(
         {"command": "snakemake results/generate/qwen3-4b/vllm/default/job-base.json --cores 16 --config "
                     "profile=headline", "wall_s": 300.0, "ok": True}))
-    assert headline.targets(root / "cut") == ["results/generate/qwen3-4b/vllm/default/job-base.json"]
-    assert headline.targets(root / "done") == [] and headline.block(root).startswith("From [`done`]")
+    assert invocation.targets(root / "cut") == ["results/generate/qwen3-4b/vllm/default/job-base.json"]
+    assert invocation.targets(root / "done") == [] and headline.block(root).startswith("From [`done`]")
     # a plugin's option the local parser does not know is left over; a command that cannot be read says where it is
     inv = root / "cut" / "logs/invocation.json"
     inv.write_text(json.dumps({"command": "snakemake x.json --slurm-foo 1 --cores 2", "wall_s": 1.0, "ok": True}))
-    assert headline.targets(root / "cut") == ["x.json"]
+    assert invocation.targets(root / "cut") == ["x.json"]
     inv.write_text(json.dumps({"command": "snakemake 'x.json --cores 2", "wall_s": 1.0, "ok": True}))
     with pytest.raises(ValueError, match="invocation.json: its command cannot be read"):
-        headline.targets(root / "cut")
+        invocation.targets(root / "cut")
     (root / "cut" / "logs/invocation.json").write_text(json.dumps({"command": "snakemake", "t0": 0.0, "wall_s": None}))
     # with no finished run, the newest is the answer, and says it did not end
     (root / "done").rename(tmp_path / "aside")

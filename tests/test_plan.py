@@ -90,3 +90,32 @@ def test_each_gpu_model_gets_its_own_total_and_gpu_takes_one_alone(headline, tmp
     assert "(on NVIDIA H200; an estimate" in plan.text(headline, pub, "H200")
     with pytest.raises(ValueError, match="--gpu 'B200'.*NVIDIA H100 80GB HBM3, NVIDIA H200"):
         plan.text(headline, pub, "B200")
+
+
+def test_published_whole_runs_give_the_measured_wall_of_the_command(headline, tmp_path):
+    """Beside the estimate, the wall of each published run of the profile that ran it whole to its end, per GPU
+    model; a run cut short, one of named targets only and one of another profile are left out."""
+    pub = tmp_path / "pub"
+
+    def run(name, profile, gpu, command, wall_s, at, ok=True):
+        folder = pub / name
+        (folder / "logs").mkdir(parents=True)
+        (folder / "MANIFEST.json").write_text(json.dumps(
+            {"profile": profile, "published_at": at, "commit": "148f158f8f29e0", "gpu_names": [gpu]}))
+        (folder / "logs/invocation.json").write_text(json.dumps({"command": command, "wall_s": wall_s, "ok": ok}))
+
+    whole = "snakemake --cores 16 --resources gpu=1 --config profile=headline"
+    run("h100-late", "headline", "NVIDIA H100 80GB HBM3", whole, 1114.6, "2026-12-07T13:00:00+00:00", ok=False)
+    run("h100-early", "headline", "NVIDIA H100 80GB HBM3", whole, 693.5, "2026-12-06T13:00:00+00:00")
+    run("h200-cut", "headline", "NVIDIA H200", whole, None, "2026-12-07T14:00:00+00:00")
+    run("h200-part", "headline", "NVIDIA H200", "snakemake results/generate/x/job-base.json " + whole[10:], 291.6,
+        "2026-12-07T15:00:00+00:00")
+    run("h200-prefill", "prefill", "NVIDIA H200", whole, 500.8, "2026-12-07T16:00:00+00:00")
+    assert [r["folder"] for r in plan.measured(pub, "headline")] == ["h100-early", "h100-late"]  # oldest first
+    assert plan.measured(pub, "headline", "h200") == []
+    _cell(pub, headline, _group(headline, "flex").cells[0], 2.0)  # an estimate to print beside them
+    out = plan.text(headline, pub)
+    assert "    h100-early: 694 s on NVIDIA H100 80GB HBM3, commit 148f158\n" in out
+    assert out.endswith("    h100-late: 1,115 s on NVIDIA H100 80GB HBM3, commit 148f158, some job failed")
+    assert plan.text(headline, pub, "H200").endswith(
+        "measured: no whole run of profile headline on a GPU named 'H200' is published")

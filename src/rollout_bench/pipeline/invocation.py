@@ -33,3 +33,31 @@ def finish(ok: bool, path: str = PATH) -> dict | None:
     rec.update(finished_at=envinfo.utc_iso(now), wall_s=round(now - rec["t0"], 1), ok=ok)
     atomic.write_json(path, rec)
     return rec
+
+
+def read(folder: Path) -> dict | None:
+    """A published run's invocation record; None for runs before 2026-12-06, which wrote none."""
+    p = Path(folder) / "logs" / "invocation.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def cut_short(folder: Path) -> bool:
+    """The run's invocation record says it never ended (runs before 2026-12-06 have no record: not known cut)."""
+    rec = read(folder)
+    return rec is not None and rec.get("wall_s") is None
+
+
+def targets(folder: Path) -> list[str]:
+    """The targets the run's invocation asked Snakemake for (its own argument parser reads the recorded command):
+    none where it ran the whole profile, or where no invocation is recorded."""
+    rec = read(folder)
+    if rec is None:
+        return []
+    from snakemake.cli import get_argument_parser
+    command = rec["command"]
+    try:  # options of plugins or other versions are left over, not fatal
+        args, _ = get_argument_parser().parse_known_args(shlex.split(command)[1:])
+    except (SystemExit, ValueError) as e:
+        raise ValueError(f"{Path(folder) / 'logs/invocation.json'}: its command cannot be read as Snakemake's "
+                         f"({e!r}): {command}") from None
+    return sorted(args.targets)

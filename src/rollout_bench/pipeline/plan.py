@@ -8,7 +8,8 @@ cells of the same workload (batch, LoRA, EOS, prompt and completion lengths, tra
 steps at the published median step; the autotune pass's, the decode profile's and a mismatch job's published wall.
 A job with no published figure is named as not estimated, never guessed. The figures of every GPU model are pooled,
 and each model's own total follows (the same jobs take different times on an H100 and an H200); `--gpu NAME` takes
-one model's figures alone.
+one model's figures alone. Below them, the published whole runs of the profile with the wall of their command (start to
+end: assets, compiles, every job and the tables), a measurement, not an estimate.
 """
 import argparse
 import json
@@ -16,7 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from . import config, jobs
+from . import config, invocation, jobs, publish
 
 DRY_RUN_FLAGS = ("--dry-run", "--dryrun", "-n", "--just-print")
 
@@ -128,6 +129,37 @@ def _total(rows: list[dict]) -> str:
             + (f"; {cells} cell(s) of those without a figure" if cells else ""))
 
 
+def measured(root, profile: str, gpu: str | None = None) -> list[dict]:
+    """The published runs of `profile` (of GPU models whose name holds `gpu`) that ran it whole, to its end: each
+    one's folder, its command's wall, GPUs and commit, oldest first."""
+    out = []
+    for folder in publish.runs(root, profile):
+        rec = invocation.read(folder)
+        if rec is None or rec.get("wall_s") is None or invocation.targets(folder):
+            continue
+        man = json.loads((folder / publish.MANIFEST).read_text())
+        gpus = man.get("gpu_names") or []
+        if gpu and not any(gpu.lower() in g.lower() for g in gpus):
+            continue
+        out.append({"folder": folder.name, "wall_s": rec["wall_s"], "ok": rec.get("ok"), "gpus": gpus,
+                    "commit": (man.get("commit") or "")[:7] or None})
+    return out
+
+
+def _measured_lines(root, profile: str, gpu: str | None) -> list[str]:
+    runs = measured(root, profile, gpu)
+    on = f" on a GPU named {gpu!r}" if gpu else ""
+    if not runs:
+        return [f"  measured: no whole run of profile {profile}{on} is published"]
+    lines = [f"  measured: the whole command's wall (assets, compiles, every job, the tables) of each published run of "
+             f"profile {profile}{on}; its folder's README says how warm its compile caches were:"]
+    for r in runs:
+        failed = "" if r["ok"] else ", some job failed"
+        lines.append(f"    {r['folder']}: {r['wall_s']:,.0f} s on {', '.join(r['gpus']) or 'unknown GPUs'}, commit "
+                     f"{r['commit'] or 'unknown'}{failed}")
+    return lines
+
+
 def text(cfg: dict, root="results/published", gpu: str | None = None) -> str:
     published = _published(Path(root))  # read once: every model's estimate below filters it
     recs = _on(published, gpu)
@@ -147,7 +179,7 @@ def text(cfg: dict, root="results/published", gpu: str | None = None) -> str:
     if not gpu:
         lines += [f"  on {m} alone: {_total(_estimate(cfg, [r for r in recs if r['env']['gpu_name'] == m]))}"
                   for m in models]
-    return "\n".join(lines)
+    return "\n".join(lines + _measured_lines(root, cfg["profile"], gpu))
 
 
 def main(argv=None) -> int:

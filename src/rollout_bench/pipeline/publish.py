@@ -16,6 +16,16 @@ SUBDIRS = ("generate", "mismatch", "train", "band", "compare", "autotune", "deco
 PACKAGES = ("torch", "transformers", "peft", "trl", "triton", "vllm", "unsloth", "flash_attn_4")
 
 
+def runs(root, profile: str) -> list[Path]:
+    """Published runs of `profile` under `root`, oldest first (by the date their manifest was written)."""
+    out = []
+    for m in Path(root).glob(f"*/{MANIFEST}"):
+        man = json.loads(m.read_text())
+        if man.get("profile") == profile:
+            out.append((man.get("published_at", ""), m.parent))
+    return [f for _, f in sorted(out)]
+
+
 def manifest(folder: Path, command: str, config_path: str | None) -> dict:
     """What a published folder was measured on, from its stats (env of every job) and its config."""
     envs = []

@@ -10,11 +10,11 @@ over the rounds, the spread named below the table with where the slowest round's
 share is its GPU jobs' set-up seconds over their walls, from the generation jobs' records and the training stats.
 """
 import json
-import shlex
 from pathlib import Path
 
 import pandas as pd
 
+from ..pipeline import invocation, publish
 from . import aggregate
 from .train import mismatch_cell
 from .render import bandwidth, fmt, fmt_range, last_range, peak_gb, pct, spread_failed, tps_range
@@ -23,48 +23,15 @@ PROFILE = "headline"
 
 
 def folders(root) -> list[Path]:
-    """Published headline runs under `root`, oldest first (by the date their manifest was written)."""
-    out = []
-    for m in Path(root).glob("*/MANIFEST.json"):
-        man = json.loads(m.read_text())
-        if man.get("profile") == PROFILE:
-            out.append((man.get("published_at", ""), m.parent))
-    return [f for _, f in sorted(out)]
-
-
-def _invocation(folder: Path) -> dict | None:
-    """The run's invocation record (pipeline/invocation.py); None for runs before 2026-12-06, which wrote none."""
-    p = folder / "logs" / "invocation.json"
-    return json.loads(p.read_text()) if p.exists() else None
-
-
-def cut_short(folder: Path) -> bool:
-    """The run's invocation record says it never ended (runs before 2026-12-06 have no record: not known cut)."""
-    rec = _invocation(folder)
-    return rec is not None and rec.get("wall_s") is None
-
-
-def targets(folder: Path) -> list[str]:
-    """The targets the run's invocation asked Snakemake for (its own argument parser reads the recorded command):
-    none where it ran the whole profile, or where no invocation is recorded."""
-    rec = _invocation(folder)
-    if rec is None:
-        return []
-    from snakemake.cli import get_argument_parser
-    command = rec["command"]
-    try:  # options of plugins or other versions are left over, not fatal
-        args, _ = get_argument_parser().parse_known_args(shlex.split(command)[1:])
-    except (SystemExit, ValueError) as e:
-        raise ValueError(f"{folder / 'logs/invocation.json'}: its command cannot be read as Snakemake's ({e!r}): "
-                         f"{command}") from None
-    return sorted(args.targets)
+    """Published headline runs under `root`, oldest first."""
+    return publish.runs(root, PROFILE)
 
 
 def answer(found: list[Path]) -> tuple[Path, list[Path]]:
     """(the folder the answer comes from: the newest run of the whole profile that finished, else the newest
     finished, else the newest; the runs newer than it: cut short, or of named targets only)"""
-    finished = [f for f in found if not cut_short(f)]
-    whole = [f for f in finished if not targets(f)]
+    finished = [f for f in found if not invocation.cut_short(f)]
+    whole = [f for f in finished if not invocation.targets(f)]
     folder = (whole or finished or found)[-1]
     return folder, found[found.index(folder) + 1:]
 
@@ -277,7 +244,7 @@ def last_end(recs: list[tuple[Path, dict]]) -> float | None:
 def invocation_note(folder: Path, recs: list[tuple[Path, dict]]) -> str:
     """The command's wall from its own record (pipeline/invocation.py), where the run wrote one; where it did not
     record its end, how long after its start its last recorded job ended."""
-    rec = _invocation(folder)
+    rec = invocation.read(folder)
     if rec is None:
         return "The invocation's wall time is not recorded in this folder (runs before 2026-12-06)."
     if rec.get("wall_s") is None:
