@@ -20,7 +20,7 @@ def test_an_invocation_records_its_command_and_wall(tmp_path):
 
 
 def test_the_recorded_command_reads_back_as_the_arguments_it_was(tmp_path):
-    """A quoted argument stays one argument, so that the report can tell a run of named targets (headline.targets)."""
+    """A quoted argument stays one argument, so that the report can tell a run of named targets (invocation.targets)."""
     import shlex
 
     argv = ["snakemake", "results/a b.json", "--config", "sites={fa4: /tmp/site-fa4}"]

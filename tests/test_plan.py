@@ -93,29 +93,46 @@ def test_each_gpu_model_gets_its_own_total_and_gpu_takes_one_alone(headline, tmp
 
 
 def test_published_whole_runs_give_the_measured_wall_of_the_command(headline, tmp_path):
-    """Beside the estimate, the wall of each published run of the profile that ran it whole to its end, per GPU
-    model; a run cut short, one of named targets only and one of another profile are left out."""
+    """Beside the estimate, the wall of each published run of the profile whose record is of the whole profile run to
+    its end, with its GPUs, commits and outcome; a run cut short, one of named targets only, a rerun's record (a job
+    of the folder started before it) and a run of another profile are left out; an unreadable record is named."""
     pub = tmp_path / "pub"
 
-    def run(name, profile, gpu, command, wall_s, at, ok=True):
+    def run(name, gpu, wall_s, at, profile="headline", targets="", ok=True, **manifest):
         folder = pub / name
         (folder / "logs").mkdir(parents=True)
         (folder / "MANIFEST.json").write_text(json.dumps(
-            {"profile": profile, "published_at": at, "commit": "148f158f8f29e0", "gpu_names": [gpu]}))
-        (folder / "logs/invocation.json").write_text(json.dumps({"command": command, "wall_s": wall_s, "ok": ok}))
+            {"profile": profile, "published_at": at, "git_commits": ["148f158f8f29e0"], "gpu_names": [gpu],
+             "gpu_uuids": ["GPU-0"], **manifest}))
+        command = f"snakemake {targets}--cores 16 --resources gpu=1 --config profile={profile}"
+        rec = {"command": command, "started_at": "2026-12-07T12:00:00+00:00", "wall_s": wall_s}
+        (folder / "logs/invocation.json").write_text(json.dumps({**rec, "ok": ok} if ok is not None else rec))
+        return folder
 
-    whole = "snakemake --cores 16 --resources gpu=1 --config profile=headline"
-    run("h100-late", "headline", "NVIDIA H100 80GB HBM3", whole, 1114.6, "2026-12-07T13:00:00+00:00", ok=False)
-    run("h100-early", "headline", "NVIDIA H100 80GB HBM3", whole, 693.5, "2026-12-06T13:00:00+00:00")
-    run("h200-cut", "headline", "NVIDIA H200", whole, None, "2026-12-07T14:00:00+00:00")
-    run("h200-part", "headline", "NVIDIA H200", "snakemake results/generate/x/job-base.json " + whole[10:], 291.6,
-        "2026-12-07T15:00:00+00:00")
-    run("h200-prefill", "prefill", "NVIDIA H200", whole, 500.8, "2026-12-07T16:00:00+00:00")
+    def job_started(folder, at):
+        path = folder / "generate/qwen3-4b/flex/graphs/job-base.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"kind": "generate_job", "started_at": at}))
+
+    job_started(run("h100-late", "NVIDIA H100 80GB HBM3", 1114.6, "2026-12-07T13", ok=False), "2026-12-07T12:01:00+00:00")
+    run("h100-early", "NVIDIA H100 80GB HBM3", 693.5, "2026-12-06T13", ok=None, gpu_uuids=["GPU-0", "GPU-1"],
+        git_commits=["148f158f8f", "95817f3aa"], git_dirty=[False, True])
+    run("h200-cut", "NVIDIA H200", None, "2026-12-07T14")
+    run("h200-part", "NVIDIA H200", 291.6, "2026-12-07T15", targets="results/generate/x/job-base.json ")
+    job_started(run("h200-rerun", "NVIDIA H200", 80.0, "2026-12-07T16"), "2026-12-07T11:00:00+00:00")
+    run("h200-prefill", "NVIDIA H200", 500.8, "2026-12-07T17", profile="prefill")
     assert [r["folder"] for r in plan.measured(pub, "headline")] == ["h100-early", "h100-late"]  # oldest first
-    assert plan.measured(pub, "headline", "h200") == []
+    assert [r["folder"] for r in plan.measured(pub, "headline", "h100")] == ["h100-early", "h100-late"]
+    assert plan.measured(pub, "headline", "H200") == []
     _cell(pub, headline, _group(headline, "flex").cells[0], 2.0)  # an estimate to print beside them
     out = plan.text(headline, pub)
-    assert "    h100-early: 694 s on NVIDIA H100 80GB HBM3, commit 148f158\n" in out
-    assert out.endswith("    h100-late: 1,115 s on NVIDIA H100 80GB HBM3, commit 148f158, some job failed")
+    assert ("    h100-early: 694 s on 2 x NVIDIA H100 80GB HBM3, commit 148f158, 95817f3 (dirty); its outcome not "
+            "recorded\n") in out
+    assert out.endswith("    h100-late: 1,115 s on NVIDIA H100 80GB HBM3, commit 148f158; ended with failed jobs "
+                        "(what needed them did not run)")
     assert plan.text(headline, pub, "H200").endswith(
-        "measured: no whole run of profile headline on a GPU named 'H200' is published")
+        "measured: no published run of profile headline on a GPU named 'H200' records a whole run's wall")
+    # a record whose command cannot be read is named, not fatal to the dry run
+    inv = pub / "h200-part/logs/invocation.json"
+    inv.write_text(json.dumps({**json.loads(inv.read_text()), "command": "snakemake 'x.json --cores 2"}))
+    assert "    h200-part: its invocation record cannot be read (" in plan.text(headline, pub)

@@ -1,7 +1,10 @@
 """The record of one Snakemake invocation (results/logs/invocation.json): its command, profile, start, end and wall,
 written by the Snakefile's onstart and onsuccess/onerror handlers (which a dry run does not call), so that a
 published run states how long the command that made it took. Each invocation overwrites the last one's record: after
-a change, the record is of the run that brought the stale jobs up to date, not of the first full run."""
+a change, the record is of the run that brought the stale jobs up to date, not of the first full run. A published
+folder keeps its run's record (logs/invocation.json): whether the run ended, whether it asked for named targets only
+(part of its profile), and whether the record is the whole run's or a later rerun's are read back from it."""
+import datetime as _dt
 import json
 import shlex
 import sys
@@ -11,6 +14,8 @@ from pathlib import Path
 from ..core import atomic, envinfo
 
 PATH = "results/logs/invocation.json"
+# where a published run keeps its jobs' own records (a session may add others beside them, such as its smoke run's)
+JOB_DIRS = ("generate", "mismatch", "train", "autotune", "decode_profile")
 
 
 def start(profile: str | None, path: str = PATH, argv: list[str] | None = None) -> dict:
@@ -47,6 +52,32 @@ def cut_short(folder: Path) -> bool:
     return rec is not None and rec.get("wall_s") is None
 
 
+def ran_whole(folder: Path) -> bool:
+    """The run's record is of the whole profile run to its end: it ended, named no targets, and none of the folder's
+    jobs started before it (a record that overwrote the first run's, of a rerun of stale jobs, is not). ValueError
+    where the record cannot be read."""
+    rec = read(folder)
+    if rec is None or rec.get("wall_s") is None or targets(folder):
+        return False
+    began = _when(rec.get("started_at"))
+    for p in (p for d in JOB_DIRS for p in (Path(folder) / d).rglob("*.json")) if began else ():
+        try:
+            at = _when(json.loads(p.read_text()).get("started_at"))
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, ValueError):
+            continue
+        if at is not None and at < began:
+            return False
+    return True
+
+
+def _when(iso) -> _dt.datetime | None:
+    """An ISO timestamp as the records write them (envinfo.utc_iso); naive ones taken as UTC."""
+    if not isinstance(iso, str):
+        return None
+    t = _dt.datetime.fromisoformat(iso)
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
 def targets(folder: Path) -> list[str]:
     """The targets the run's invocation asked Snakemake for (its own argument parser reads the recorded command):
     none where it ran the whole profile, or where no invocation is recorded."""
@@ -54,10 +85,10 @@ def targets(folder: Path) -> list[str]:
     if rec is None:
         return []
     from snakemake.cli import get_argument_parser
-    command = rec["command"]
+    command = rec.get("command")
     try:  # options of plugins or other versions are left over, not fatal
         args, _ = get_argument_parser().parse_known_args(shlex.split(command)[1:])
-    except (SystemExit, ValueError) as e:
+    except (SystemExit, ValueError, AttributeError) as e:
         raise ValueError(f"{Path(folder) / 'logs/invocation.json'}: its command cannot be read as Snakemake's "
                          f"({e!r}): {command}") from None
     return sorted(args.targets)

@@ -130,19 +130,25 @@ def _total(rows: list[dict]) -> str:
 
 
 def measured(root, profile: str, gpu: str | None = None) -> list[dict]:
-    """The published runs of `profile` (of GPU models whose name holds `gpu`) that ran it whole, to its end: each
-    one's folder, its command's wall, GPUs and commit, oldest first."""
+    """The published runs of `profile` (of GPU models whose name holds `gpu`) whose invocation record is of the whole
+    profile run to its end (invocation.ran_whole), oldest first: each one's folder, its command's wall and outcome,
+    its GPUs and commits; a record that cannot be read is listed with its error instead."""
     out = []
     for folder in publish.runs(root, profile):
-        rec = invocation.read(folder)
-        if rec is None or rec.get("wall_s") is None or invocation.targets(folder):
-            continue
         man = json.loads((folder / publish.MANIFEST).read_text())
-        gpus = man.get("gpu_names") or []
-        if gpu and not any(gpu.lower() in g.lower() for g in gpus):
+        names = man.get("gpu_names") or []
+        if gpu and not any(gpu.lower() in g.lower() for g in names):
             continue
-        out.append({"folder": folder.name, "wall_s": rec["wall_s"], "ok": rec.get("ok"), "gpus": gpus,
-                    "commit": (man.get("commit") or "")[:7] or None})
+        try:
+            if not invocation.ran_whole(folder):
+                continue
+        except (ValueError, KeyError, TypeError) as e:
+            out.append({"folder": folder.name, "error": str(e)})
+            continue
+        rec = invocation.read(folder)
+        out.append({"folder": folder.name, "wall_s": rec["wall_s"], "ok": rec.get("ok"), "gpus": names,
+                    "gpu_count": len(man.get("gpu_uuids") or []), "commits": man.get("git_commits") or [],
+                    "dirty": True in (man.get("git_dirty") or [])})
     return out
 
 
@@ -150,13 +156,21 @@ def _measured_lines(root, profile: str, gpu: str | None) -> list[str]:
     runs = measured(root, profile, gpu)
     on = f" on a GPU named {gpu!r}" if gpu else ""
     if not runs:
-        return [f"  measured: no whole run of profile {profile}{on} is published"]
-    lines = [f"  measured: the whole command's wall (assets, compiles, every job, the tables) of each published run of "
-             f"profile {profile}{on}; its folder's README says how warm its compile caches were:"]
+        return [f"  measured: no published run of profile {profile}{on} records a whole run's wall"]
+    lines = [f"  measured: the wall of the whole command (assets, compiles, jobs, tables) where a published run of "
+             f"profile {profile}{on} records the whole profile run to its end:"]
     for r in runs:
-        failed = "" if r["ok"] else ", some job failed"
-        lines.append(f"    {r['folder']}: {r['wall_s']:,.0f} s on {', '.join(r['gpus']) or 'unknown GPUs'}, commit "
-                     f"{r['commit'] or 'unknown'}{failed}")
+        if "error" in r:
+            lines.append(f"    {r['folder']}: its invocation record cannot be read ({r['error']})")
+            continue
+        gpus = ", ".join(r["gpus"]) or "unknown GPUs"
+        if r["gpu_count"] > 1 and len(r["gpus"]) == 1:
+            gpus = f"{r['gpu_count']} x {gpus}"
+        commits = ", ".join(c[:7] for c in r["commits"]) or "unknown"
+        outcome = {True: "", False: "; ended with failed jobs (what needed them did not run)",
+                   None: "; its outcome not recorded"}[r["ok"]]
+        lines.append(f"    {r['folder']}: {r['wall_s']:,.0f} s on {gpus}, commit {commits}"
+                     f"{' (dirty)' if r['dirty'] else ''}{outcome}")
     return lines
 
 

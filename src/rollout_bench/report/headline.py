@@ -23,7 +23,7 @@ PROFILE = "headline"
 
 
 def folders(root) -> list[Path]:
-    """Published headline runs under `root`, oldest first."""
+    """Published headline runs under `root`, oldest first (by the date their manifest was written)."""
     return publish.runs(root, PROFILE)
 
 
@@ -316,7 +316,7 @@ def block(root, a: str = "flex", b: str = "vllm", run=None) -> str:
     if run is None:
         return "No headline run is published yet: `snakemake --cores 16 --resources gpu=1 --config profile=headline`."
     folder, newer, recs, cfg = run
-    man = json.loads((folder / "MANIFEST.json").read_text())
+    man = json.loads((folder / publish.MANIFEST).read_text())
     limit = spread_limit(cfg)
     gen, gen_notes, gen_missing = generation_rows(recs, cfg, a, b, limit, mismatches(folder, recs))
     train, train_notes, train_missing = train_rows(recs, a, b)
