@@ -114,7 +114,8 @@ def test_published_whole_runs_give_the_measured_wall_of_the_command(headline, tm
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps({"kind": "generate_job", "started_at": at}))
 
-    job_started(run("h100-late", "NVIDIA H100 80GB HBM3", 1114.6, "2026-12-07T13", ok=False), "2026-12-07T12:01:00+00:00")
+    late = run("h100-late", "NVIDIA H100 80GB HBM3", 1114.6, "2026-12-07T13", ok=False)
+    job_started(late, "2026-12-07T12:01:00+00:00")  # after the record's start: the run's own job
     run("h100-early", "NVIDIA H100 80GB HBM3", 693.5, "2026-12-06T13", ok=None, gpu_uuids=["GPU-0", "GPU-1"],
         git_commits=["148f158f8f", "95817f3aa"], git_dirty=[False, True])
     run("h200-cut", "NVIDIA H200", None, "2026-12-07T14")

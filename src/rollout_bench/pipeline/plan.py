@@ -142,7 +142,7 @@ def measured(root, profile: str, gpu: str | None = None) -> list[dict]:
         try:
             if not invocation.ran_whole(folder):
                 continue
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, AttributeError, TypeError) as e:  # a record written by hand or cut off mid-write
             out.append({"folder": folder.name, "error": str(e)})
             continue
         rec = invocation.read(folder)
