@@ -21,7 +21,7 @@ from .helpers import copy_tree, snakemake
 
 pytestmark = pytest.mark.slow
 
-# The assets, two hf_generate jobs and the tables: the cpu profile's LoRA cases, and its realistic case (on a
+# The assets, one hf_generate job (two cells) and the tables: the cpu profile's LoRA cases, and its realistic case (on a
 # warm start), are left to a backend these runs leave out, so no adapter or warm start is built.
 NO_LORA = {"lora": {"backends": ["vllm"]}, "grpo_group": {"backends": ["vllm"]},
            "realistic": {"backends": ["vllm"]}}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Does a leased job time the same alone and beside a busy neighbour? On a host with 2+ GPUs, run one
 # generation job of the gpu profile three times: alone; beside its twin (the same workload as another
-# case, so another job, on the other GPU) with the leases' CPU shares; and beside its twin again with
+# case, in a job of its own, on the other GPU) with the leases' CPU shares; and beside its twin again with
 # gpu.pin_cpus false (no CPU shares, as before the shares existed). Each run's stats (every round,
 # its CPU set and the neighbours that overlapped its timed rounds) are copied to OUT/<run>/.
 #   bash workflow/scripts/isolation.sh OUT BACKEND VARIANT [SNAKEMAKE...]     (e.g. OUT hf_generate default)
@@ -12,13 +12,15 @@ set -euo pipefail
 OUT=$1 BACKEND=$2 VARIANT=$3
 shift 3
 SNAKEMAKE=${SNAKEMAKE:-python3 -m snakemake}
-JOB=results/generate/qwen3-4b/$BACKEND/$VARIANT/greedy/bs64.json
+JOB=results/generate/qwen3-4b/$BACKEND/$VARIANT/iso/bs64.json
 TWIN=results/generate/qwen3-4b/$BACKEND/$VARIANT/twin/bs64.json
 CFG=$(mktemp -d)
 trap 'rm -rf "$CFG"' EXIT
-# the twin: the greedy case's workload under another name, for this backend only
-printf 'workload:\n  cases:\n    twin: {lora: false, sampling: greedy, batch_sizes: [64], backends: [%s],\n           variants: {%s: [%s]}}\n' \
-  "$BACKEND" "$BACKEND" "$VARIANT" > "$CFG/twin.yaml"
+# the measured cell and its twin: greedy at B = 64 under two names, for this backend only, each a job (and a
+# process) of its own (own_job), so that neither waits for the other's cells
+twin_case() { printf '    %s: {lora: false, sampling: greedy, batch_sizes: [64], own_job: true, backends: [%s],\n' "$1" "$BACKEND"
+              printf '           variants: {%s: [%s]}}\n' "$BACKEND" "$VARIANT"; }
+{ printf 'workload:\n  cases:\n'; twin_case iso; twin_case twin; } > "$CFG/twin.yaml"
 printf 'gpu: {pin_cpus: false}\n' > "$CFG/unpinned.yaml"
 BASE="$CFG/twin.yaml${WORKLOAD:+ $WORKLOAD}"
 run() {  # NAME CONFIGFILES TARGETS...
@@ -29,11 +31,10 @@ run() {  # NAME CONFIGFILES TARGETS...
   $SNAKEMAKE "$@" "${EXTRA[@]}" --cores all --resources gpu=2 --config profile=gpu --configfile $cfgs
   mkdir -p "$OUT/$name"
   for f in "$@"; do
-    local case_ log
+    local case_
     case_=$(basename "$(dirname "$f")")
     cp "$f" "$OUT/$name/$case_.json"
-    log=${f/results\/generate/results/logs/generate}
-    cp "${log%.json}.log" "$OUT/$name/$case_.log"
+    cp "results/logs/generate/qwen3-4b/$BACKEND/$VARIANT/base-$case_.log" "$OUT/$name/$case_.log"  # the job's log
   done
 }
 EXTRA=("$@")
