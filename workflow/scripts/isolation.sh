@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Does a leased job time the same alone and beside a busy neighbour? On a host with 2+ GPUs, run one
-# generation job of the gpu profile three times: alone; beside its twin (the same workload as another
-# case, in a job of its own, on the other GPU) with the leases' CPU shares; and beside its twin again with
+# greedy B = 64 cell of the gpu profile's Qwen3-4B shape (case `iso`, a job of its own) three times: alone;
+# beside its twin (case `twin`, the same workload in another job, on the other GPU) with the leases' CPU shares; and beside its twin again with
 # gpu.pin_cpus false (no CPU shares, as before the shares existed). Each run's stats (every round,
 # its CPU set and the neighbours that overlapped its timed rounds) are copied to OUT/<run>/.
 #   bash workflow/scripts/isolation.sh OUT BACKEND VARIANT [SNAKEMAKE...]     (e.g. OUT hf_generate default)
