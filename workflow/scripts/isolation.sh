@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Does a leased job time the same alone and beside a busy neighbour? On a host with 2+ GPUs, run one
 # greedy B = 64 cell of the gpu profile's Qwen3-4B shape (case `iso`, a job of its own) three times: alone;
-# beside its twin (case `twin`, the same workload in another job, on the other GPU) with the leases' CPU shares; and beside its twin again with
-# gpu.pin_cpus false (no CPU shares, as before the shares existed). Each run's stats (every round,
-# its CPU set and the neighbours that overlapped its timed rounds) are copied to OUT/<run>/.
+# beside its twin (case `twin`, the same workload in another job, on the other GPU) with the leases' CPU
+# shares; and beside its twin again with gpu.pin_cpus false (no CPU shares, as before the shares existed).
+# Each run's stats (every round, its CPU set and the neighbours that overlapped its timed rounds) are copied
+# to OUT/<run>/.
 #   bash workflow/scripts/isolation.sh OUT BACKEND VARIANT [SNAKEMAKE...]     (e.g. OUT hf_generate default)
 # Run it through offline_gpu_host.sh's environment on an offline host: SNAKEMAKE="bash
 # workflow/scripts/offline_gpu_host.sh" (default: python3 -m snakemake). RUNS picks which of the three
@@ -18,8 +19,10 @@ CFG=$(mktemp -d)
 trap 'rm -rf "$CFG"' EXIT
 # the measured cell and its twin: greedy at B = 64 under two names, for this backend only, each a job (and a
 # process) of its own (own_job), so that neither waits for the other's cells
-twin_case() { printf '    %s: {lora: false, sampling: greedy, batch_sizes: [64], own_job: true, backends: [%s],\n' "$1" "$BACKEND"
-              printf '           variants: {%s: [%s]}}\n' "$BACKEND" "$VARIANT"; }
+twin_case() {
+  printf '    %s: {lora: false, sampling: greedy, batch_sizes: [64], own_job: true, backends: [%s],\n' "$1" "$BACKEND"
+  printf '           variants: {%s: [%s]}}\n' "$BACKEND" "$VARIANT"
+}
 { printf 'workload:\n  cases:\n'; twin_case iso; twin_case twin; } > "$CFG/twin.yaml"
 printf 'gpu: {pin_cpus: false}\n' > "$CFG/unpinned.yaml"
 BASE="$CFG/twin.yaml${WORKLOAD:+ $WORKLOAD}"

@@ -52,13 +52,13 @@ def cut_short(folder: Path) -> bool:
     return rec is not None and rec.get("wall_s") is None
 
 
-def ran_whole(folder: Path) -> bool:
-    """The run's record is of the whole profile run to its end: it ended, named no targets, and none of the folder's
-    jobs started before it (a record that overwrote the first run's, of a rerun of stale jobs, is not). ValueError
-    where the record cannot be read."""
+def whole_run(folder: Path) -> dict | None:
+    """The run's record where it is of the whole profile run to its end: it ended, named no targets, and none of the
+    folder's jobs started before it (a record that overwrote the first run's, of a rerun of stale jobs, is not);
+    else None. ValueError where the record cannot be read."""
     rec = read(folder)
-    if rec is None or rec.get("wall_s") is None or targets(folder):
-        return False
+    if rec is None or rec.get("wall_s") is None or _targets(rec, folder):
+        return None
     began = _when(rec.get("started_at"))
     for p in (p for d in JOB_DIRS for p in (Path(folder) / d).rglob("*.json")) if began else ():
         try:
@@ -66,8 +66,8 @@ def ran_whole(folder: Path) -> bool:
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, ValueError):
             continue
         if at is not None and at < began:
-            return False
-    return True
+            return None
+    return rec
 
 
 def _when(iso) -> _dt.datetime | None:
@@ -82,8 +82,10 @@ def targets(folder: Path) -> list[str]:
     """The targets the run's invocation asked Snakemake for (its own argument parser reads the recorded command):
     none where it ran the whole profile, or where no invocation is recorded."""
     rec = read(folder)
-    if rec is None:
-        return []
+    return [] if rec is None else _targets(rec, folder)
+
+
+def _targets(rec: dict, folder: Path) -> list[str]:
     from snakemake.cli import get_argument_parser
     command = rec.get("command")
     try:  # options of plugins or other versions are left over, not fatal

@@ -69,9 +69,14 @@ def _cell_key(wl: dict) -> tuple:
             tuple(wl.get("prompt_tokens") or ()), trace["name"] if trace else None)
 
 
+def _named(gpu: str | None, name: str) -> bool:
+    """Whether a GPU model's name holds `gpu` (case-insensitive); any name without one."""
+    return not gpu or gpu.lower() in name.lower()
+
+
 def _on(recs: list[dict], gpu: str | None) -> list[dict]:
-    """The records of GPU models whose name holds `gpu` (case-insensitive); all of them without one."""
-    return [r for r in recs if not gpu or gpu.lower() in r["env"]["gpu_name"].lower()]
+    """The records of GPU models whose name holds `gpu`; all of them without one."""
+    return [r for r in recs if _named(gpu, r["env"]["gpu_name"])]
 
 
 def estimate(cfg: dict, root="results/published", gpu: str | None = None) -> list[dict]:
@@ -131,21 +136,20 @@ def _total(rows: list[dict]) -> str:
 
 def measured(root, profile: str, gpu: str | None = None) -> list[dict]:
     """The published runs of `profile` (of GPU models whose name holds `gpu`) whose invocation record is of the whole
-    profile run to its end (invocation.ran_whole), oldest first: each one's folder, its command's wall and outcome,
+    profile run to its end (invocation.whole_run), oldest first: each one's folder, its command's wall and outcome,
     its GPUs and commits; a record that cannot be read is listed with its error instead."""
     out = []
-    for folder in publish.runs(root, profile):
-        man = json.loads((folder / publish.MANIFEST).read_text())
+    for folder, man in publish.manifests(root, profile):
         names = man.get("gpu_names") or []
-        if gpu and not any(gpu.lower() in g.lower() for g in names):
+        if gpu and not any(_named(gpu, g) for g in names):
             continue
         try:
-            if not invocation.ran_whole(folder):
-                continue
+            rec = invocation.whole_run(folder)
         except (ValueError, AttributeError, TypeError) as e:  # a record written by hand or cut off mid-write
             out.append({"folder": folder.name, "error": str(e)})
             continue
-        rec = invocation.read(folder)
+        if rec is None:
+            continue
         out.append({"folder": folder.name, "wall_s": rec["wall_s"], "ok": rec.get("ok"), "gpus": names,
                     "gpu_count": len(man.get("gpu_uuids") or []), "commits": man.get("git_commits") or [],
                     "dirty": True in (man.get("git_dirty") or [])})

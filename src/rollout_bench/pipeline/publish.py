@@ -18,12 +18,17 @@ PACKAGES = ("torch", "transformers", "peft", "trl", "triton", "vllm", "unsloth",
 
 def runs(root, profile: str) -> list[Path]:
     """Published runs of `profile` under `root`, oldest first (by the date their manifest was written)."""
+    return [folder for folder, _ in manifests(root, profile)]
+
+
+def manifests(root, profile: str) -> list[tuple[Path, dict]]:
+    """(folder, its manifest) of each published run of `profile` under `root`, oldest first."""
     out = []
     for m in Path(root).glob(f"*/{MANIFEST}"):
         man = json.loads(m.read_text())
         if man.get("profile") == profile:
-            out.append((man.get("published_at", ""), m.parent))
-    return [f for _, f in sorted(out)]
+            out.append((man.get("published_at", ""), m.parent, man))
+    return [(f, man) for _, f, man in sorted(out, key=lambda t: t[:2])]
 
 
 def manifest(folder: Path, command: str, config_path: str | None) -> dict:
